@@ -1,0 +1,39 @@
+//! The condition vocabulary: condition types and the reasons the operator reports.
+//!
+//! Reasons are stable CamelCase words (Argo CD health checks and alerts match on them); the
+//! message carries the detail.
+
+/// Condition type summarising whether the object does what it asks for.
+pub const READY: &str = "Ready";
+/// PromotionPolicy: whether every gate passes.
+pub const GATES_PASSING: &str = "GatesPassing";
+/// PromotionPolicy: whether a pull request is open.
+pub const PULL_REQUEST_OPEN: &str = "PullRequestOpen";
+
+/// Reasons used on `Ready`.
+pub mod reason {
+    /// Git already holds the chosen tag.
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// A new tag was committed and pushed.
+    pub const UPDATED: &str = "Updated";
+    /// No tag in the registry matches the tag rules.
+    pub const NO_MATCHING_TAGS: &str = "NoMatchingTags";
+    /// The spec cannot be acted on (e.g. a regex that does not compile).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A referenced Secret is missing or lacks the expected keys.
+    pub const CREDENTIALS_NOT_FOUND: &str = "CredentialsNotFound";
+    /// The registry refused or failed a request.
+    pub const REGISTRY_ERROR: &str = "RegistryError";
+    /// The target workload/container could not be found in Git, or is ambiguous.
+    pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// Cloning, fetching, committing or pushing failed.
+    pub const GIT_ERROR: &str = "GitError";
+    /// `spec.suspend` is true: nothing is written.
+    pub const SUSPENDED: &str = "Suspended";
+    /// The pinned tag does not exist in the registry.
+    pub const PINNED_TAG_NOT_FOUND: &str = "PinnedTagNotFound";
+    /// Waiting for the other members of `spec.group`.
+    pub const WAITING_FOR_GROUP: &str = "WaitingForGroup";
+    /// The object was seen but not reconciled yet.
+    pub const PROGRESSING: &str = "Progressing";
+}

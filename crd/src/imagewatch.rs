@@ -1,0 +1,328 @@
+//! `ImageWatch`: one watched image repository → one place in Git.
+//!
+//! A watch follows one registry repository with its own tag rule and writes the chosen tag into
+//! exactly one target (a workload's container, a kustomization image, a Helm value, …). Two
+//! watches on the same image with different rules drive two workloads independently.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{GitSource, SecretRef};
+
+/// Follow new tags of one container image and write the chosen tag into one place in a Git
+/// repository of manifests.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "imagewatch.dev",
+    version = "v1alpha1",
+    kind = "ImageWatch",
+    namespaced,
+    status = "ImageWatchStatus",
+    shortname = "iw",
+    category = "imagewatch",
+    derive = "PartialEq",
+    doc = "Follows new tags of one container image and writes the chosen tag into one place in a Git repository of manifests.",
+    printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".spec.image",
+        description = "Watched image repository"
+    ),
+    printcolumn(
+        name = "Pattern",
+        type_ = "string",
+        json_path = ".spec.tags.pattern",
+        description = "Tag pattern"
+    ),
+    printcolumn(
+        name = "Latest",
+        type_ = "string",
+        json_path = ".status.latest.tag",
+        description = "Newest tag matching the rules"
+    ),
+    printcolumn(
+        name = "Applied",
+        type_ = "string",
+        json_path = ".status.applied.tag",
+        description = "Tag written to Git"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageWatchSpec {
+    /// Image repository to follow, without tag or digest, e.g.
+    /// `123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/my-api` or `ghcr.io/org/app`.
+    #[x_kube(validation = Rule::new("!self.contains('@') && !self.matches(':[^/]*$')").message("image must be a repository without tag or digest (put tag rules in spec.tags)"))]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+
+    /// Which tags are candidates and how they are ordered. Omitted: every tag, ordered by semver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<TagRules>,
+
+    /// What is written: `Tag` (default) writes `image:tag`; `Pin` writes `image:tag@sha256:…`;
+    /// `Follow` keeps the same tag and follows its digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<DigestMode>,
+
+    /// Hold this exact tag (a manual pin or a rollback). Empty: follow the tag rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub pin: Option<String>,
+
+    /// Stop writing to Git. Status keeps reporting the latest tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
+    /// Between 10s and 24h. Defaults to 5m.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
+    pub interval: Option<String>,
+
+    /// Registry credentials. Omitted: anonymous access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<RegistryCredentials>,
+
+    /// Git repository and branch holding the manifests.
+    pub git: GitSource,
+
+    /// The one place in Git that holds this image's tag.
+    pub target: Target,
+
+    /// Watches sharing a group commit together, and only when every member has a tag and they
+    /// agree on it (a multi-image release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub group: Option<String>,
+}
+
+/// Which tags are candidates and how the best one is chosen.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TagRules {
+    /// Candidate tags: a glob (`canary-*`, the default kind; also written `glob:canary-*`),
+    /// a regular expression (`regex:^canary-v(?P<version>.+)$`) or a semver range
+    /// (`semver:>=1.2 <2`). Omitted: every tag.
+    #[x_kube(validation = Rule::new("!self.contains(':') || self.startsWith('glob:') || self.startsWith('regex:') || self.startsWith('semver:')").message("pattern prefix must be glob:, regex: or semver: (or none, for a glob)"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub pattern: Option<String>,
+
+    /// Globs of tags never chosen, e.g. `latest`, `*.sig`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub exclude: Option<Vec<String>>,
+
+    /// How candidates are ordered; the greatest wins. Defaults to `Semver`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<TagOrder>,
+
+    /// With a `regex:` pattern: the part of the tag that is ordered, e.g. `$version` or `$1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub extract: Option<String>,
+}
+
+/// Order of candidate tags.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum TagOrder {
+    /// Semantic version of the tag (a leading `v` is accepted); tags that do not parse are skipped.
+    #[default]
+    Semver,
+    /// Push time reported by the registry; the most recent wins.
+    Newest,
+    /// Byte-wise string order; the greatest wins.
+    Alphabetical,
+    /// The tag read as a number (build numbers); non-numeric tags are skipped.
+    Numerical,
+}
+
+/// What is written for the chosen tag.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DigestMode {
+    /// `image:tag`.
+    #[default]
+    Tag,
+    /// `image:tag@sha256:…`, so a re-pushed tag cannot change what runs.
+    Pin,
+    /// The same tag, following its digest (`image:tag@sha256:…` updated when the tag moves).
+    Follow,
+}
+
+/// Registry credentials.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryCredentials {
+    /// `generic` (a dockerconfigjson Secret or anonymous) or `aws` (ECR through the operator's
+    /// AWS identity). Defaults to `generic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<RegistryProvider>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// How registry credentials are obtained.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RegistryProvider {
+    /// A dockerconfigjson Secret, or anonymous.
+    #[default]
+    Generic,
+    /// Amazon ECR, with the operator's AWS credentials (IRSA, Pod Identity, environment).
+    Aws,
+}
+
+/// The place in Git that holds the tag. Exactly one field is set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("[has(self.workload), has(self.kustomize), has(self.helm), has(self.argocdSource)].filter(x, x).size() == 1").message("exactly one of target.workload, target.kustomize, target.helm, target.argocdSource must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    /// A container (or initContainer) of one workload in the YAML files under `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadTarget>,
+    /// An `images[]` entry of the `kustomization.yaml` in `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeTarget>,
+    /// A key path in a Helm values file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmTarget>,
+    /// The `.argocd-source-<application>.yaml` file in `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argocd_source: Option<ArgocdSourceTarget>,
+}
+
+/// A workload's container, found by kind, name and container name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadTarget {
+    /// Directory in the repository searched (recursively) for YAML files, e.g. `apps/my-api/overlays/stg`.
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'"))]
+    #[schemars(length(max = 1024))]
+    pub path: String,
+    /// Workload kind: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or Pod.
+    #[schemars(regex(
+        pattern = r"^(Deployment|StatefulSet|DaemonSet|ReplicaSet|Job|CronJob|Pod)$"
+    ))]
+    pub kind: String,
+    /// Workload name (`metadata.name`).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Container (or initContainer) name.
+    #[schemars(length(min = 1, max = 63))]
+    pub container: String,
+    /// Workload namespace, when two documents share kind and name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// A kustomization `images[]` entry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeTarget {
+    /// Directory holding `kustomization.yaml`.
+    #[schemars(length(max = 1024))]
+    pub path: String,
+    /// The entry's `name` (the image name used in the base manifests).
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+}
+
+/// A Helm values file and the key path of the tag.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmTarget {
+    /// Values file, relative to the repository root.
+    #[schemars(length(min = 1, max = 1024))]
+    pub file: String,
+    /// Dotted key path of the tag, e.g. `canary.image.tag`.
+    #[schemars(length(min = 1, max = 256))]
+    pub tag: String,
+}
+
+/// Argo CD's `.argocd-source-<application>.yaml` parameter override file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgocdSourceTarget {
+    /// Directory of the Application's source.
+    #[schemars(length(max = 1024))]
+    pub path: String,
+    /// Argo CD Application name.
+    #[schemars(length(min = 1, max = 253))]
+    pub application: String,
+}
+
+/// Observed state of an ImageWatch.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageWatchStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The best tag the registry holds under the tag rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<LatestImage>,
+    /// The tag Git holds for the target, and the commit that wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedImage>,
+    /// `Ready` summarises the watch; its reason says what happened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The best tag found in the registry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestImage {
+    /// Tag.
+    pub tag: String,
+    /// Manifest digest (`sha256:…`) the registry reported for the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// When the registry says the tag was pushed, if it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pushed_at: Option<Time>,
+}
+
+/// What Git holds for the target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedImage {
+    /// Tag in Git.
+    pub tag: String,
+    /// Full image reference written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Commit that wrote it (or the commit at which Git was found up to date).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// When imagewatch wrote or verified it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<Time>,
+}
+
+impl ImageWatchSpec {
+    /// Polling interval text (`5m` when unset).
+    pub fn interval_or_default(&self) -> &str {
+        self.interval.as_deref().unwrap_or("5m")
+    }
+    /// Whether writes are suspended.
+    pub fn is_suspended(&self) -> bool {
+        self.suspend.unwrap_or(false)
+    }
+}

@@ -1,0 +1,321 @@
+//! `PromotionPolicy`: what one stage runs is proposed to another (staging → production),
+//! usually as a pull request, behind gates.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{GitSource, SecretRef};
+
+/// Proposes what a source stage runs to a target stage, with image references rewritten,
+/// a release's tags aligned, and gates checked first.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[kube(
+    group = "imagewatch.dev",
+    version = "v1alpha1",
+    kind = "PromotionPolicy",
+    namespaced,
+    status = "PromotionPolicyStatus",
+    shortname = "pp",
+    category = "imagewatch",
+    derive = "PartialEq",
+    doc = "Proposes what a source stage runs to a target stage, behind gates, by commit or pull request.",
+    printcolumn(
+        name = "From",
+        type_ = "string",
+        json_path = ".status.source",
+        description = "Source of the candidate"
+    ),
+    printcolumn(
+        name = "To",
+        type_ = "string",
+        json_path = ".spec.to.path",
+        description = "Target path"
+    ),
+    printcolumn(
+        name = "Candidate",
+        type_ = "string",
+        json_path = ".status.candidateSummary",
+        description = "Images proposed"
+    ),
+    printcolumn(
+        name = "Gates",
+        type_ = "string",
+        json_path = ".status.gatesSummary",
+        description = "Gates passed / total"
+    ),
+    printcolumn(
+        name = "PR",
+        type_ = "string",
+        json_path = ".status.pullRequest.url",
+        description = "Open pull request"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Ready condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionPolicySpec {
+    /// Where the candidate comes from.
+    pub from: PromotionSource,
+    /// Where it goes.
+    pub to: PromotionTarget,
+    /// Followers take the leader's tag (the images of one release move together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub align_tags: Option<AlignTags>,
+    /// Checks that must pass before anything is proposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates: Option<Gates>,
+    /// `PullRequest` (default) or `Commit` (directly to the target branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<PromotionMode>,
+    /// Pull request settings (mode `PullRequest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestSettings>,
+    /// Promote exactly these tags (image name → tag) instead of the current candidate: a rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<BTreeMap<String, String>>,
+    /// Stop proposing. Status keeps reporting the candidate and gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+/// The source of a candidate. Exactly one field is set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.watchSelector) != has(self.path)").message("exactly one of from.watchSelector and from.path must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionSource {
+    /// ImageWatches in this namespace whose applied tags form the candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_selector: Option<LabelSelector>,
+    /// An overlay directory (in `to.git`'s repository) whose images are copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub path: Option<String>,
+}
+
+/// The target of a promotion.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionTarget {
+    /// Git repository; omitted: the source watches' repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
+    /// Directory (overlay) whose image references are updated.
+    #[schemars(length(min = 1, max = 1024))]
+    pub path: String,
+    /// Branch the change is proposed to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub branch: Option<String>,
+    /// Prefix rewrites applied to every promoted image reference (e.g. a staging account's
+    /// registry → production's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_rewrite: Option<Vec<ImageRewrite>>,
+    /// Registry credentials used by the `imageExists` gate for the rewritten references.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_secret_ref: Option<SecretRef>,
+}
+
+/// One prefix rewrite.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageRewrite {
+    /// Prefix to replace.
+    #[schemars(length(min = 1, max = 512))]
+    pub from: String,
+    /// Replacement.
+    #[schemars(length(max = 512))]
+    pub to: String,
+}
+
+/// Tag alignment within a release.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AlignTags {
+    /// Image (last path segment, e.g. `my-api`) whose tag is authoritative.
+    #[schemars(length(min = 1, max = 256))]
+    pub leader: String,
+    /// Images that take the leader's tag.
+    pub followers: Vec<String>,
+}
+
+/// Gates checked before a promotion.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gates {
+    /// Every promoted reference (after rewrite) must exist in its registry (manifest HEAD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_exists: Option<bool>,
+    /// The candidate must have been applied in the source for at least this long, e.g. `30m`.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("soak must be a duration such as 30m"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
+    pub soak: Option<String>,
+    /// An Argo CD Application that must be Synced and Healthy at a revision holding the candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<ApplicationRef>,
+    /// Require a human approval: the annotation `imagewatch.dev/approve` on this object set to
+    /// the candidate summary shown in status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<bool>,
+}
+
+/// An Argo CD Application.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationRef {
+    /// Application name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Application namespace (usually `argocd`).
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+}
+
+/// How a promotion is delivered.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum PromotionMode {
+    /// One pull request per policy, updated in place.
+    #[default]
+    PullRequest,
+    /// A commit on the target branch.
+    Commit,
+}
+
+/// Pull request settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequestSettings {
+    /// `github`, `gitlab` or `gitea`.
+    pub provider: ForgeProvider,
+    /// API base URL for self-hosted forges; omitted: the provider's public API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub api_url: Option<String>,
+    /// Secret with `token` for the forge API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+    /// Title template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub title: Option<String>,
+    /// Labels added to the pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// Merge automatically when the forge's checks pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_merge: Option<bool>,
+}
+
+/// Forge APIs for pull requests.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeProvider {
+    /// GitHub (pull requests).
+    Github,
+    /// GitLab (merge requests).
+    Gitlab,
+    /// Gitea / Forgejo (pull requests).
+    Gitea,
+}
+
+/// Observed state of a PromotionPolicy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionPolicyStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Human-readable source (selector or path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Images proposed, after rewrite and alignment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidate: Vec<PromotedImage>,
+    /// One line summary of the candidate (`my-api:v1.2.4, worker:v1.2.4`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_summary: Option<String>,
+    /// Each gate's result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
+    /// `passed/total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gates_summary: Option<String>,
+    /// The open pull request, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestRef>,
+    /// The most recent promotions, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_promotions: Vec<Promotion>,
+    /// Ready, GatesPassing, PullRequestOpen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One promoted image.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotedImage {
+    /// Image name (last path segment).
+    pub name: String,
+    /// Full reference in the target (after rewrite).
+    pub image: String,
+    /// Tag proposed.
+    pub tag: String,
+    /// Tag the target holds now, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+}
+
+/// One gate's result.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    /// Gate name: imageExists, soak, application, approval.
+    pub name: String,
+    /// Whether it passes.
+    pub passed: bool,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A pull request.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullRequestRef {
+    /// Web URL.
+    pub url: String,
+    /// Number (GitHub/Gitea) or IID (GitLab).
+    pub number: i64,
+    /// Source branch.
+    pub branch: String,
+}
+
+/// A past promotion.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Promotion {
+    /// Image name → tag promoted.
+    pub tags: BTreeMap<String, String>,
+    /// Commit created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Pull request URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<String>,
+    /// When.
+    pub at: Time,
+}
