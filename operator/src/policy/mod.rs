@@ -1,0 +1,318 @@
+//! Tag-selection policy: which tag of an image repository a watch follows.
+//!
+//! A [`TagPolicy`] is built once from a watch's `pattern`, `exclude`, `order` and `extract`
+//! fields and then asked to [`select`](TagPolicy::select) the best tag among those a registry
+//! lists. Everything here is pure (no I/O, no clock): the same tags give the same answer
+//! whatever order the registry listed them in.
+//!
+//! # Pattern
+//!
+//! | pattern                         | candidates                                              |
+//! |---------------------------------|---------------------------------------------------------|
+//! | `""`, `*`                       | every tag                                               |
+//! | `canary-*`, `glob:canary-*`     | tags the glob matches as a whole (`*`, `?`, `[a-z]`, `[!x]`) |
+//! | `regex:^canary-v(?P<version>.+)$` | tags the regex matches; **not** implicitly anchored     |
+//! | `semver:>=1.2, <2`, `semver:>=1.2 <2` | tags that parse as versions inside the range      |
+//!
+//! Prefixes are lower-case; any other text before a `:` is an error (a tag cannot contain
+//! `:`). Blanks around the pattern and after the prefix are ignored.
+//!
+//! `exclude` entries are globs (optionally written `glob:…`); a tag matching any of them is
+//! never chosen, whatever the pattern and order say.
+//!
+//! `extract` (only with `regex:`) is a replacement template such as `$version`, `$1` or
+//! `${1}.${2}`: the ordered value is the template filled in from the match instead of the whole
+//! tag. Every group it names must exist in the regex. An empty `extract` means none.
+//!
+//! # Order
+//!
+//! The greatest candidate wins. A candidate whose ordered value cannot be read for the order is
+//! skipped, never chosen:
+//!
+//! - [`Order::Semver`]: the value read as a semantic version. A leading `v`/`V` is accepted and
+//!   a missing minor or patch number is read as zero (`1.2` is 1.2.0, `7` is 7.0.0); leading
+//!   zeros (`2024.01.05`) and a fourth number are not accepted. Prereleases order below their
+//!   release (`1.2.4-rc.1` < `1.2.4`) and take part in the order unless the pattern is
+//!   `semver:`.
+//! - [`Order::Newest`]: the registry's push time; tags without one are skipped. `extract` plays
+//!   no part (it cannot change a push time).
+//! - [`Order::Alphabetical`]: byte-wise comparison (`Z` < `a`, `10` < `9`).
+//! - [`Order::Numerical`]: the value read as an exact decimal, `-?[0-9]+(\.[0-9]+)?` (no sign
+//!   `+`, exponent, `inf` or `nan`; no size limit, so `9` < `10` < `99999999999999999999`).
+//!
+//! Ties (equal versions such as `1.2` and `1.2.0`, equal numbers such as `7` and `007`, equal
+//! push times, equal extracted values) go to the byte-wise greatest tag, so the choice never
+//! depends on input order.
+//!
+//! # `semver:` ranges
+//!
+//! Ranges follow the `semver` crate, i.e. Cargo's rules: a bare version means a caret
+//! requirement (`1.2` is `^1.2`, i.e. `>=1.2.0, <2.0.0`), and a prerelease tag only satisfies
+//! the range when some comparator names a prerelease of the same `major.minor.patch`
+//! (`>=1.2.4-rc.0` admits `1.2.4-rc.1` but not `1.2.5-rc.1`; `>=1.2` admits no prerelease at
+//! all). `||` alternatives are not supported. The order remains the one given; a `semver:`
+//! pattern only filters.
+
+mod extract;
+mod glob;
+mod order;
+mod pattern;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+pub use glob::GlobError;
+
+use extract::Template;
+use glob::Glob;
+use order::{Decimal, parse_version};
+use pattern::{Pattern, parse_exclude};
+
+/// One tag as listed by a registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagInfo {
+    /// The tag, e.g. `v1.2.3`.
+    pub tag: String,
+    /// Manifest digest (`sha256:…`) when the registry reported it.
+    pub digest: Option<String>,
+    /// When the tag was pushed, if the registry reports it; required by [`Order::Newest`].
+    pub pushed_at: Option<jiff::Timestamp>,
+}
+
+impl TagInfo {
+    /// A tag with neither digest nor push time.
+    pub fn new(tag: impl Into<String>) -> Self {
+        TagInfo {
+            tag: tag.into(),
+            digest: None,
+            pushed_at: None,
+        }
+    }
+}
+
+/// How candidate tags are ordered; the greatest wins. See the module documentation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// Semantic version of the tag or the extracted part.
+    #[default]
+    Semver,
+    /// Push time; the most recent wins.
+    Newest,
+    /// Byte-wise string order.
+    Alphabetical,
+    /// Exact decimal number.
+    Numerical,
+}
+
+/// Why a policy could not be built. Messages are complete sentences for users: they quote
+/// the offending input and are meant for status conditions and events as they are.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// Text before a `:` in the pattern that is not `glob`, `regex` or `semver`.
+    #[error("unknown pattern prefix \"{prefix}:\" (use glob:, regex: or semver:)")]
+    UnknownPrefix {
+        /// The prefix as written, without the colon.
+        prefix: String,
+    },
+    /// The `regex:` pattern does not compile.
+    #[error("invalid regex \"{regex}\": {reason}")]
+    InvalidRegex {
+        /// The regex as written, without the prefix.
+        regex: String,
+        /// The regex crate's reason, on one line.
+        reason: String,
+    },
+    /// The glob pattern is malformed.
+    #[error("invalid glob \"{glob}\": {reason}")]
+    InvalidGlob {
+        /// The glob as written, without any prefix.
+        glob: String,
+        /// What is wrong with it.
+        reason: GlobError,
+    },
+    /// The `semver:` range does not parse.
+    #[error("invalid semver range \"{range}\": {reason}")]
+    InvalidSemverRange {
+        /// The range as written, without the prefix.
+        range: String,
+        /// The semver crate's reason, or ours.
+        reason: String,
+    },
+    /// An `exclude` entry is malformed.
+    #[error("invalid exclude glob \"{glob}\": {reason}")]
+    InvalidExclude {
+        /// The entry as written.
+        glob: String,
+        /// What is wrong with it.
+        reason: GlobError,
+    },
+    /// An `exclude` entry with a prefix other than `glob:`.
+    #[error(
+        "exclude entry \"{entry}\" is not a glob (exclude takes globs, optionally written glob:…)"
+    )]
+    ExcludeNotGlob {
+        /// The entry as written.
+        entry: String,
+    },
+    /// `extract` given with a pattern that has no capture groups to extract from.
+    #[error("extract \"{extract}\" needs a regex: pattern to take its groups from")]
+    ExtractNeedsRegex {
+        /// The template as written.
+        extract: String,
+    },
+    /// `extract` refers to a group the regex does not have.
+    #[error(
+        "extract \"{extract}\" names no group of the regex: \"{group}\" (available: {available})"
+    )]
+    ExtractUnknownGroup {
+        /// The template as written.
+        extract: String,
+        /// The group name or number that does not exist.
+        group: String,
+        /// The references that would work, e.g. `$0, $1, $version`.
+        available: String,
+    },
+    /// `extract` refers to no group at all, so it would give every tag the same value.
+    #[error("extract \"{extract}\" references no capture group (write e.g. \"$1\" or \"$name\")")]
+    ExtractWithoutGroup {
+        /// The template as written.
+        extract: String,
+    },
+    /// `extract` has `${` without `}`.
+    #[error("extract \"{extract}\" has a \"${{\" without its closing \"}}\"")]
+    ExtractUnterminated {
+        /// The template as written.
+        extract: String,
+    },
+}
+
+/// Checks a pattern without building a policy, e.g. to reject a spec before anything else runs.
+///
+/// # Errors
+///
+/// The error [`TagPolicy::new`] would return for this pattern.
+pub fn validate_pattern(pattern: &str) -> Result<(), PolicyError> {
+    Pattern::parse(pattern).map(drop)
+}
+
+/// A compiled tag policy. Cheap to clone; build it once per spec change, not per poll.
+#[derive(Clone, Debug)]
+pub struct TagPolicy {
+    pattern: Pattern,
+    exclude: Vec<Glob>,
+    order: Order,
+    extract: Option<Template>,
+}
+
+impl TagPolicy {
+    /// Builds a policy.
+    ///
+    /// `pattern`: `""` or `"*"` matches all; `"glob:canary-*"` or bare `"canary-*"` is a glob;
+    /// `"regex:^canary-v(?P<version>.+)$"`; `"semver:>=1.2, <2"` (also `">=1.2 <2"`).
+    /// `exclude`: globs. `extract`: e.g. `"$version"` or `"$1"`, the part of the tag that is
+    /// ordered; only valid with regex patterns (`Some("")` counts as not given).
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] naming the malformed pattern, exclude entry or extract template.
+    pub fn new(
+        pattern: &str,
+        exclude: &[String],
+        order: Order,
+        extract: Option<&str>,
+    ) -> Result<Self, PolicyError> {
+        let pattern = Pattern::parse(pattern)?;
+        let exclude = exclude
+            .iter()
+            .map(|entry| parse_exclude(entry))
+            .collect::<Result<Vec<_>, _>>()?;
+        // An empty string is how an unset optional field often arrives from YAML templating.
+        let extract = match extract.map(str::trim).filter(|e| !e.is_empty()) {
+            None => None,
+            Some(template) => match &pattern {
+                Pattern::Regex(regex) => Some(Template::parse(template, regex)?),
+                _ => {
+                    return Err(PolicyError::ExtractNeedsRegex {
+                        extract: template.to_owned(),
+                    });
+                }
+            },
+        };
+        Ok(TagPolicy {
+            pattern,
+            exclude,
+            order,
+            extract,
+        })
+    }
+
+    /// The order this policy was built with.
+    #[must_use]
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Whether `tag` passes the pattern and no exclude glob matches it. A matching tag can
+    /// still be skipped by [`select`](Self::select) when its ordered value does not parse for
+    /// the order (e.g. `latest` under [`Order::Semver`]).
+    #[must_use]
+    pub fn matches(&self, tag: &str) -> bool {
+        !self.is_excluded(tag) && self.pattern.matches(tag)
+    }
+
+    /// The best tag among candidates according to the order, or `None` when no tag qualifies.
+    #[must_use]
+    pub fn select<'a>(&self, tags: &'a [TagInfo]) -> Option<&'a TagInfo> {
+        match self.order {
+            Order::Semver => self.best_by(tags, |_, value| parse_version(value)),
+            Order::Numerical => self.best_by(tags, |_, value| Decimal::parse(value)),
+            Order::Alphabetical => self.best_by(tags, |_, value| Some(value.to_owned())),
+            Order::Newest => self.best_by(tags, |info, _| info.pushed_at),
+        }
+    }
+
+    fn is_excluded(&self, tag: &str) -> bool {
+        self.exclude.iter().any(|glob| glob.matches(tag))
+    }
+
+    /// The value the order compares for `tag` (the extracted part, or the tag itself), or
+    /// `None` when the tag is not a candidate.
+    fn ordered_value<'t>(&self, tag: &'t str) -> Option<Cow<'t, str>> {
+        if self.is_excluded(tag) {
+            return None;
+        }
+        match (&self.pattern, &self.extract) {
+            (Pattern::Regex(regex), Some(template)) => regex
+                .captures(tag)
+                .map(|captures| Cow::Owned(template.expand(&captures))),
+            (pattern, _) => pattern.matches(tag).then_some(Cow::Borrowed(tag)),
+        }
+    }
+
+    /// The candidate with the greatest key; candidates without a key are skipped.
+    fn best_by<'a, K: Ord>(
+        &self,
+        tags: &'a [TagInfo],
+        key: impl Fn(&TagInfo, &str) -> Option<K>,
+    ) -> Option<&'a TagInfo> {
+        tags.iter()
+            .filter_map(|info| {
+                let value = self.ordered_value(&info.tag)?;
+                Some((key(info, &value)?, info))
+            })
+            .max_by(|(a_key, a), (b_key, b)| a_key.cmp(b_key).then_with(|| tie_break(a, b)))
+            .map(|(_, info)| info)
+    }
+}
+
+/// Total order on everything a caller can see, so equal keys never leave the choice to input
+/// order: the greatest tag wins; the same tag listed twice (which a registry should not do)
+/// goes to the later push, then the greater digest.
+fn tie_break(a: &TagInfo, b: &TagInfo) -> Ordering {
+    a.tag
+        .cmp(&b.tag)
+        .then_with(|| a.pushed_at.cmp(&b.pushed_at))
+        .then_with(|| a.digest.cmp(&b.digest))
+}

@@ -1,0 +1,181 @@
+//! Sort keys for the orders a policy can use: lenient semantic-version parsing and exact
+//! decimal numbers.
+//!
+//! Both parsers return `None` for text they do not accept; the selection code skips such tags
+//! instead of guessing a place for them in the order.
+
+use std::cmp::Ordering;
+
+use semver::Version;
+
+/// Parses a tag (or the extracted part of one) as a semantic version.
+///
+/// Accepted beyond strict `SemVer` 2.0, because registries are full of such tags:
+/// - one leading `v` or `V` (`v1.2.3`);
+/// - a missing patch or minor number, read as zero (`1.2` is 1.2.0, `1` is 1.0.0, `v1.2-rc.1`
+///   is 1.2.0-rc.1).
+///
+/// Everything else follows the `semver` crate strictly: four components (`1.2.3.4`), leading
+/// zeros (`2024.01.05`) and empty identifiers are rejected.
+pub fn parse_version(text: &str) -> Option<Version> {
+    let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
+    // Padding applies to the numeric core only; the prerelease (`-…`) and build (`+…`) parts are
+    // kept verbatim after it.
+    let core_end = text.find(['-', '+']).unwrap_or(text.len());
+    let (core, rest) = text.split_at(core_end);
+    match core.split('.').count() {
+        1 => Version::parse(&format!("{core}.0.0{rest}")).ok(),
+        2 => Version::parse(&format!("{core}.0{rest}")).ok(),
+        _ => Version::parse(text).ok(),
+    }
+}
+
+/// A decimal number read exactly from text: `-?[0-9]+(\.[0-9]+)?`.
+///
+/// Compared exactly, as decimals, with no size or precision limit: build numbers beyond `u64`
+/// and long timestamps order correctly, `1.10` is less than `1.5` (as numbers), and `007`
+/// equals `7`. Exponents, `inf`, `nan`, a leading `+` and a bare `.5` or `5.` are not numbers
+/// here, so a float parser's surprises never decide which tag is deployed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decimal {
+    negative: bool,
+    /// Integer digits without leading zeros (empty for zero).
+    int: String,
+    /// Fraction digits without trailing zeros (empty for an integer).
+    frac: String,
+}
+
+impl Decimal {
+    /// Parses `text`, or `None` when it is not a plain decimal number.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (negative, unsigned) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+        let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !all_digits(int) || (unsigned.contains('.') && !all_digits(frac)) {
+            return None;
+        }
+        let int = int.trim_start_matches('0');
+        let frac = frac.trim_end_matches('0');
+        // -0 and 0 are the same number; without this they would compare as different.
+        let negative = negative && !(int.is_empty() && frac.is_empty());
+        Some(Decimal {
+            negative,
+            int: int.to_owned(),
+            frac: frac.to_owned(),
+        })
+    }
+
+    fn cmp_magnitude(&self, other: &Self) -> Ordering {
+        // Without leading zeros, more integer digits means a larger number; equal lengths compare
+        // digit by digit. Fractions without trailing zeros compare digit by digit as strings
+        // ("5" > "49" because 0.5 > 0.49; "4" < "49" because 0.4 < 0.49).
+        self.int
+            .len()
+            .cmp(&other.int.len())
+            .then_with(|| self.int.cmp(&other.int))
+            .then_with(|| self.frac.cmp(&other.frac))
+    }
+}
+
+impl Ord for Decimal {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self.negative, other.negative) {
+            (false, true) => Ordering::Greater,
+            (true, false) => Ordering::Less,
+            (false, false) => self.cmp_magnitude(other),
+            (true, true) => other.cmp_magnitude(self),
+        }
+    }
+}
+
+impl PartialOrd for Decimal {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(text: &str) -> Version {
+        parse_version(text).unwrap()
+    }
+
+    fn d(text: &str) -> Decimal {
+        Decimal::parse(text).unwrap()
+    }
+
+    #[test]
+    fn versions_accept_v_prefix_and_missing_components() {
+        assert_eq!(v("1.2.3"), Version::new(1, 2, 3));
+        assert_eq!(v("v1.2.3"), Version::new(1, 2, 3));
+        assert_eq!(v("V1.2.3"), Version::new(1, 2, 3));
+        assert_eq!(v("1.2"), Version::new(1, 2, 0));
+        assert_eq!(v("v7"), Version::new(7, 0, 0));
+        assert_eq!(v("1.2-rc.1"), Version::parse("1.2.0-rc.1").unwrap());
+        assert_eq!(v("1.2.3-rc.1"), Version::parse("1.2.3-rc.1").unwrap());
+    }
+
+    #[test]
+    fn versions_reject_everything_else() {
+        for bad in [
+            "",
+            "v",
+            "vv1.2.3",
+            "latest",
+            "1.2.3.4",
+            "1.",
+            "1..2",
+            ".1",
+            "-rc.1",
+            "2024.01.05",
+            "1.2.3-",
+            "v1.2.x",
+            "main-1.2.3",
+        ] {
+            assert_eq!(parse_version(bad), None, "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn decimals_parse_plain_numbers_only() {
+        for bad in [
+            "", "-", "+1", "1e5", "inf", "nan", "NaN", ".5", "5.", "1.2.3", "0x10", " 1", "1_000",
+        ] {
+            assert_eq!(Decimal::parse(bad), None, "{bad:?} should not parse");
+        }
+        assert_eq!(d("007"), d("7"));
+        assert_eq!(d("-0"), d("0"));
+        assert_eq!(d("1.50"), d("1.5"));
+        assert_eq!(d("0.0"), d("0"));
+    }
+
+    #[test]
+    fn decimals_order_numerically() {
+        let ascending = [
+            "-10",
+            "-9.5",
+            "-9",
+            "-0.5",
+            "0",
+            "0.05",
+            "0.49",
+            "0.5",
+            "1",
+            "1.10",
+            "1.5",
+            "9",
+            "10",
+            "100",
+            "18446744073709551615",
+            "99999999999999999999",
+        ];
+        for pair in ascending.windows(2) {
+            assert!(d(pair[0]) < d(pair[1]), "{} < {}", pair[0], pair[1]);
+        }
+    }
+}

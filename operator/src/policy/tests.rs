@@ -1,0 +1,474 @@
+//! Scenario tests of whole policies: pattern, exclude, order and extract together, as a watch
+//! uses them.
+
+use jiff::Timestamp;
+
+use super::*;
+
+fn tags(names: &[&str]) -> Vec<TagInfo> {
+    names.iter().copied().map(TagInfo::new).collect()
+}
+
+fn pushed(tag: &str, at: &str) -> TagInfo {
+    TagInfo {
+        pushed_at: Some(at.parse::<Timestamp>().unwrap()),
+        ..TagInfo::new(tag)
+    }
+}
+
+fn policy(pattern: &str, exclude: &[&str], order: Order, extract: Option<&str>) -> TagPolicy {
+    let exclude: Vec<String> = exclude.iter().map(ToString::to_string).collect();
+    TagPolicy::new(pattern, &exclude, order, extract).unwrap()
+}
+
+fn pick<'a>(policy: &TagPolicy, tags: &'a [TagInfo]) -> Option<&'a str> {
+    policy.select(tags).map(|info| info.tag.as_str())
+}
+
+fn error(pattern: &str, exclude: &[&str], order: Order, extract: Option<&str>) -> String {
+    let exclude: Vec<String> = exclude.iter().map(ToString::to_string).collect();
+    TagPolicy::new(pattern, &exclude, order, extract)
+        .unwrap_err()
+        .to_string()
+}
+
+/// Every rotation and the reversal of every rotation: enough to move each tag to the front
+/// and to the back, which is where an order-dependent `max` would go wrong.
+fn arrangements(tags: &[TagInfo]) -> Vec<Vec<TagInfo>> {
+    let mut out = Vec::new();
+    for shift in 0..tags.len() {
+        let mut rotated = tags.to_vec();
+        rotated.rotate_left(shift);
+        out.push(rotated.clone());
+        rotated.reverse();
+        out.push(rotated);
+    }
+    out
+}
+
+#[test]
+fn canary_and_primary_follow_different_tags_of_one_repository() {
+    let seed = tags(&["canary-v1.2.3", "canary-v1.2.4", "primary-v1.2.3"]);
+    let canary = policy(
+        "regex:^canary-v(?P<version>.+)$",
+        &[],
+        Order::Semver,
+        Some("$version"),
+    );
+    let primary = policy(
+        "regex:^primary-v(?P<version>.+)$",
+        &[],
+        Order::Semver,
+        Some("$version"),
+    );
+    assert_eq!(pick(&canary, &seed), Some("canary-v1.2.4"));
+    assert_eq!(pick(&primary, &seed), Some("primary-v1.2.3"));
+
+    // Index references work the same as names.
+    let canary_by_index = policy("regex:^canary-v(.+)$", &[], Order::Semver, Some("$1"));
+    assert_eq!(pick(&canary_by_index, &seed), Some("canary-v1.2.4"));
+}
+
+#[test]
+fn globs_select_the_track_but_semver_needs_a_versioned_value() {
+    let seed = tags(&["canary-v1.2.3", "canary-v1.10.0", "primary-v1.2.3"]);
+    // The glob picks the track; without extract the whole tag is ordered, and "canary-v1.10.0"
+    // is not a version, so semver order has nothing to choose from.
+    assert_eq!(
+        pick(&policy("canary-*", &[], Order::Semver, None), &seed),
+        None
+    );
+    // Alphabetical order works on whole tags (and shows why semver order is usually wanted:
+    // "canary-v1.2.3" > "canary-v1.10.0" byte-wise).
+    assert_eq!(
+        pick(&policy("canary-*", &[], Order::Alphabetical, None), &seed),
+        Some("canary-v1.2.3")
+    );
+    assert_eq!(
+        pick(
+            &policy("glob:primary-*", &[], Order::Alphabetical, None),
+            &seed
+        ),
+        Some("primary-v1.2.3")
+    );
+}
+
+#[test]
+fn v_prefixes_are_accepted_and_ordered_as_versions() {
+    let seed = tags(&["v1.9.0", "1.10.0", "v1.2.3", "V1.9.5"]);
+    assert_eq!(
+        pick(&policy("", &[], Order::Semver, None), &seed),
+        Some("1.10.0")
+    );
+    let seed = tags(&["v1.9.0", "v1.10.0", "V1.9.5"]);
+    assert_eq!(
+        pick(&policy("v*", &[], Order::Semver, None), &seed),
+        Some("v1.10.0")
+    );
+    assert_eq!(
+        pick(
+            &policy("semver:>=1.9 <1.10", &[], Order::Semver, None),
+            &seed
+        ),
+        Some("V1.9.5")
+    );
+}
+
+#[test]
+fn missing_minor_and_patch_read_as_zero() {
+    let seed = tags(&["1", "1.2", "1.1.9"]);
+    assert_eq!(
+        pick(&policy("*", &[], Order::Semver, None), &seed),
+        Some("1.2")
+    );
+    let seed = tags(&["1.2", "1.2.1"]);
+    assert_eq!(
+        pick(&policy("*", &[], Order::Semver, None), &seed),
+        Some("1.2.1")
+    );
+    // 1.2 and 1.2.0 are the same version; the tie goes to the greater tag.
+    let seed = tags(&["1.2.0", "1.2"]);
+    assert_eq!(
+        pick(&policy("*", &[], Order::Semver, None), &seed),
+        Some("1.2.0")
+    );
+}
+
+#[test]
+fn prereleases_order_below_their_release() {
+    let all = policy("*", &[], Order::Semver, None);
+    let seed = tags(&["1.2.3", "1.2.4-rc.1", "1.2.4"]);
+    assert_eq!(pick(&all, &seed), Some("1.2.4"));
+    // With a glob or regex pattern prereleases compete like any version.
+    let seed = tags(&["1.2.3", "1.2.4-rc.1", "1.2.4-rc.2", "1.2.4-beta.9"]);
+    assert_eq!(pick(&all, &seed), Some("1.2.4-rc.2"));
+    // Numeric identifiers compare as numbers: rc.10 > rc.9.
+    let seed = tags(&["v2.0.0-rc.9", "v2.0.0-rc.10"]);
+    assert_eq!(pick(&all, &seed), Some("v2.0.0-rc.10"));
+}
+
+#[test]
+fn semver_ranges_admit_prereleases_only_when_they_mention_one() {
+    let seed = tags(&["1.2.3", "1.2.4-rc.1", "1.3.0-rc.1", "2.0.0"]);
+    let stable = policy("semver:>=1.2, <2", &[], Order::Semver, None);
+    assert_eq!(pick(&stable, &seed), Some("1.2.3"));
+    assert!(!stable.matches("1.2.4-rc.1"));
+    assert!(stable.matches("v1.2.3"));
+    assert!(!stable.matches("2.0.0"));
+    // A prerelease comparator admits prereleases of that same major.minor.patch only.
+    let rc = policy("semver:>=1.2.4-rc.0, <2", &[], Order::Semver, None);
+    assert_eq!(pick(&rc, &seed), Some("1.2.4-rc.1"));
+    assert!(!rc.matches("1.3.0-rc.1"));
+    // The range filters; the order is still the one given.
+    let seed = vec![
+        pushed("1.2.3", "2024-01-02T00:00:00Z"),
+        pushed("1.2.9", "2024-01-01T00:00:00Z"),
+        pushed("3.0.0", "2024-01-03T00:00:00Z"),
+    ];
+    let newest_in_range = policy("semver:^1.2", &[], Order::Newest, None);
+    assert_eq!(pick(&newest_in_range, &seed), Some("1.2.3"));
+}
+
+#[test]
+fn unparsable_tags_are_ignored() {
+    let semver = policy("", &[], Order::Semver, None);
+    let seed = tags(&[
+        "latest",
+        "main",
+        "sha-0d3f2a1",
+        "1.2.3.4",
+        "2024.01.05",
+        "1.2.3",
+    ]);
+    assert_eq!(pick(&semver, &seed), Some("1.2.3"));
+    let seed = tags(&["latest", "main", "sha-0d3f2a1"]);
+    assert_eq!(pick(&semver, &seed), None);
+    assert_eq!(pick(&semver, &[]), None);
+    // A regex match whose extracted part is not a version is skipped too.
+    let extracted = policy("regex:^build-(.+)$", &[], Order::Semver, Some("$1"));
+    let seed = tags(&["build-nightly", "build-1.0.1", "1.9.9"]);
+    assert_eq!(pick(&extracted, &seed), Some("build-1.0.1"));
+}
+
+#[test]
+fn latest_and_signatures_are_excluded() {
+    let seed = tags(&[
+        "v1.0.0",
+        "v1.1.0",
+        "latest",
+        "sha256-9f2c.sig",
+        "sha256-9f2c.att",
+    ]);
+    let alphabetical = policy(
+        "*",
+        &["latest", "*.sig", "*.att"],
+        Order::Alphabetical,
+        None,
+    );
+    assert_eq!(pick(&alphabetical, &seed), Some("v1.1.0"));
+    assert!(!alphabetical.matches("latest"));
+    assert!(!alphabetical.matches("sha256-9f2c.sig"));
+    assert!(alphabetical.matches("v1.0.0"));
+    // Without the excludes the signature would win byte-wise.
+    let unfiltered = policy("*", &[], Order::Alphabetical, None);
+    assert_eq!(pick(&unfiltered, &seed), Some("v1.1.0"));
+    let seed = tags(&["v1.0.0", "zz-latest", "zz.sig"]);
+    assert_eq!(pick(&unfiltered, &seed), Some("zz.sig"));
+    assert_eq!(
+        pick(
+            &policy("*", &["zz-*", "glob:*.sig"], Order::Alphabetical, None),
+            &seed
+        ),
+        Some("v1.0.0")
+    );
+    // Exclusions also beat an explicit regex match and a newer push.
+    let seed = vec![
+        pushed("v1.0.0", "2024-01-01T00:00:00Z"),
+        pushed("latest", "2024-06-01T00:00:00Z"),
+    ];
+    assert_eq!(
+        pick(&policy("regex:.*", &["latest"], Order::Newest, None), &seed),
+        Some("v1.0.0")
+    );
+}
+
+#[test]
+fn git_sha_tags_follow_the_newest_push() {
+    let old = "0d3f2a1c9b8e7d6c5b4a39281706f5e4d3c2b1a0";
+    let new = "9f8e7d6c5b4a39281706f5e4d3c2b1a00d3f2a1c";
+    let unpushed = "ffffffffffffffffffffffffffffffffffffffff";
+    assert_eq!(old.len(), 40);
+    let seed = vec![
+        pushed(old, "2024-03-01T10:00:00Z"),
+        pushed(new, "2024-03-02T10:00:00Z"),
+        pushed("abc1234", "2024-02-01T00:00:00Z"),
+        // Newer pushes that the pattern must keep out.
+        pushed("latest", "2024-03-05T00:00:00Z"),
+        pushed("abcdef", "2024-03-05T00:00:00Z"),
+        pushed(
+            "0D3F2A1C9B8E7D6C5B4A39281706F5E4D3C2B1A0",
+            "2024-03-05T00:00:00Z",
+        ),
+        pushed(&format!("{new}0"), "2024-03-05T00:00:00Z"),
+        // Without a push time a tag cannot take part in Newest, however well it matches.
+        TagInfo::new(unpushed),
+    ];
+    let sha = policy("regex:^[0-9a-f]{7,40}$", &[], Order::Newest, None);
+    assert_eq!(pick(&sha, &seed), Some(new));
+    assert!(sha.matches(unpushed));
+    assert!(sha.matches("abc1234"));
+    assert!(!sha.matches("abcdef"));
+}
+
+#[test]
+fn newest_ties_go_to_the_greatest_tag() {
+    let seed = vec![
+        pushed("b", "2024-01-01T00:00:00Z"),
+        pushed("c", "2024-01-01T00:00:00Z"),
+        pushed("a", "2024-01-01T00:00:00Z"),
+    ];
+    assert_eq!(
+        pick(&policy("", &[], Order::Newest, None), &seed),
+        Some("c")
+    );
+}
+
+#[test]
+fn pull_request_globs_do_not_leak_into_other_prs() {
+    let seed = vec![
+        pushed("pr-12-0d3f2a1", "2024-01-01T00:00:00Z"),
+        pushed("pr-12-9f8e7d6", "2024-01-02T00:00:00Z"),
+        pushed("pr-123-aaaaaaa", "2024-01-03T00:00:00Z"),
+        pushed("pr-1-bbbbbbb", "2024-01-04T00:00:00Z"),
+        pushed("xpr-12-ccccccc", "2024-01-05T00:00:00Z"),
+    ];
+    let pr12 = policy("pr-12-*", &[], Order::Newest, None);
+    assert_eq!(pick(&pr12, &seed), Some("pr-12-9f8e7d6"));
+    assert!(!pr12.matches("pr-123-aaaaaaa"));
+    assert!(!pr12.matches("xpr-12-ccccccc"));
+    let any_pr = policy("glob:pr-[0-9]*-???????", &[], Order::Newest, None);
+    assert_eq!(pick(&any_pr, &seed), Some("pr-1-bbbbbbb"));
+    assert!(!any_pr.matches("pr-x-bbbbbbb"));
+    assert!(!any_pr.matches("pr-1-bbbbbb"));
+}
+
+#[test]
+fn build_numbers_order_numerically() {
+    let seed = tags(&["9", "10", "8", "latest", "1.0.0"]);
+    let numerical = policy("", &[], Order::Numerical, None);
+    assert_eq!(pick(&numerical, &seed), Some("10"));
+    // Alphabetically "9" > "10": the reason Numerical exists.
+    assert_eq!(
+        pick(&policy("", &[], Order::Alphabetical, None), &seed),
+        Some("latest")
+    );
+    assert_eq!(
+        pick(&policy("[0-9]*", &[], Order::Alphabetical, None), &seed),
+        Some("9")
+    );
+
+    let seed = tags(&["build-9", "build-10", "build-x", "build-", "release-99"]);
+    let builds = policy("regex:^build-(\\d*|x)$", &[], Order::Numerical, Some("$1"));
+    assert_eq!(pick(&builds, &seed), Some("build-10"));
+
+    // Beyond u64, and decimals compared as numbers.
+    let seed = tags(&["18446744073709551615", "99999999999999999999"]);
+    assert_eq!(pick(&numerical, &seed), Some("99999999999999999999"));
+    let seed = tags(&["1.5", "1.10"]);
+    assert_eq!(pick(&numerical, &seed), Some("1.5"));
+    // 7 and 007 are the same number; the greater tag wins the tie.
+    let seed = tags(&["007", "7"]);
+    assert_eq!(pick(&numerical, &seed), Some("7"));
+}
+
+#[test]
+fn alphabetical_is_byte_wise() {
+    let seed = tags(&["Zeta", "alpha", "Alpha"]);
+    assert_eq!(
+        pick(&policy("", &[], Order::Alphabetical, None), &seed),
+        Some("alpha")
+    );
+}
+
+#[test]
+fn extracted_values_decide_alphabetical_order_and_ties_fall_back_to_the_tag() {
+    let seed = tags(&["b-2024-01", "a-2024-03", "c-2024-02", "d-2024-03"]);
+    let by_date = policy(
+        r"regex:^[a-z]-(?P<date>\d{4}-\d{2})$",
+        &[],
+        Order::Alphabetical,
+        Some("${date}"),
+    );
+    assert_eq!(pick(&by_date, &seed), Some("d-2024-03"));
+}
+
+#[test]
+fn empty_extract_counts_as_none() {
+    let seed = tags(&["1.0.0", "2.0.0"]);
+    let p = policy("*", &[], Order::Semver, Some(""));
+    assert_eq!(pick(&p, &seed), Some("2.0.0"));
+}
+
+#[test]
+fn invalid_regex_is_reported() {
+    assert_eq!(
+        error("regex:^canary-v(?P<version>.+$", &[], Order::Semver, None),
+        r#"invalid regex "^canary-v(?P<version>.+$": unclosed group"#
+    );
+    assert!(matches!(
+        validate_pattern("regex:[z-a]"),
+        Err(PolicyError::InvalidRegex { .. })
+    ));
+}
+
+#[test]
+fn unknown_prefix_is_reported() {
+    assert_eq!(
+        error("foo:bar", &[], Order::Semver, None),
+        r#"unknown pattern prefix "foo:" (use glob:, regex: or semver:)"#
+    );
+    assert_eq!(
+        validate_pattern("Regex:^a$"),
+        Err(PolicyError::UnknownPrefix {
+            prefix: "Regex".into()
+        })
+    );
+}
+
+#[test]
+fn bad_extract_is_reported() {
+    assert_eq!(
+        error(
+            "regex:^canary-v(?P<version>.+)$",
+            &[],
+            Order::Semver,
+            Some("$x")
+        ),
+        r#"extract "$x" names no group of the regex: "x" (available: $0, $1, $version)"#
+    );
+    assert_eq!(
+        error("canary-*", &[], Order::Semver, Some("$1")),
+        r#"extract "$1" needs a regex: pattern to take its groups from"#
+    );
+    assert_eq!(
+        error("semver:^1", &[], Order::Semver, Some("$1")),
+        r#"extract "$1" needs a regex: pattern to take its groups from"#
+    );
+    assert_eq!(
+        error("regex:^v(.+)$", &[], Order::Semver, Some("v")),
+        r#"extract "v" references no capture group (write e.g. "$1" or "$name")"#
+    );
+}
+
+#[test]
+fn other_invalid_input_is_reported() {
+    assert_eq!(
+        error("canary-[0-9", &[], Order::Semver, None),
+        r#"invalid glob "canary-[0-9": character class opened at position 8 is never closed with "]""#
+    );
+    assert_eq!(
+        error("*", &["ok-*", "[]"], Order::Semver, None),
+        r#"invalid exclude glob "[]": empty character class at position 1"#
+    );
+    assert!(
+        error("semver:>=1.2 <two", &[], Order::Semver, None)
+            .starts_with(r#"invalid semver range ">=1.2 <two": "#)
+    );
+    assert_eq!(validate_pattern("semver:>=1.2 <2"), Ok(()));
+    assert_eq!(validate_pattern(""), Ok(()));
+}
+
+#[test]
+fn the_choice_does_not_depend_on_input_order() {
+    let t = "2024-01-01T00:00:00Z";
+    let seed = vec![
+        pushed("1.2", t),
+        pushed("1.2.0", t),
+        pushed("v1.2.0", t),
+        pushed("1.1.9", "2024-02-01T00:00:00Z"),
+        pushed("007", t),
+        pushed("7", t),
+        pushed("latest", t),
+        TagInfo::new("1.0.0"),
+    ];
+    // The same tag listed twice with different metadata must not make the result flip.
+    let mut duplicated = seed.clone();
+    duplicated.push(TagInfo {
+        digest: Some("sha256:aa".into()),
+        ..pushed("7", t)
+    });
+    duplicated.push(TagInfo {
+        digest: Some("sha256:bb".into()),
+        ..pushed("7", t)
+    });
+
+    let cases = [
+        // Numeric tags are versions too (7 is 7.0.0), so they are kept out to reach the tie
+        // between 1.2, 1.2.0 and v1.2.0.
+        (policy("", &[], Order::Semver, None), "7"),
+        (policy("", &["*7"], Order::Semver, None), "v1.2.0"),
+        (policy("", &[], Order::Numerical, None), "7"),
+        (policy("", &[], Order::Alphabetical, None), "v1.2.0"),
+        (policy("", &[], Order::Newest, None), "1.1.9"),
+        (policy("[0-9]*", &["1.1.9"], Order::Newest, None), "7"),
+    ];
+    for (policy, expected) in &cases {
+        for arrangement in arrangements(&seed) {
+            assert_eq!(pick(policy, &arrangement), Some(*expected), "{policy:?}");
+        }
+        let mut winners = arrangements(&duplicated)
+            .iter()
+            .map(|tags| policy.select(tags).cloned())
+            .collect::<Vec<_>>();
+        winners.dedup();
+        assert_eq!(winners.len(), 1, "{policy:?}: {winners:?}");
+    }
+    let tie = policy("[0-9]*", &["1.1.9"], Order::Newest, None);
+    let winner = arrangements(&duplicated)
+        .iter()
+        .map(|tags| tie.select(tags).cloned())
+        .next()
+        .flatten()
+        .unwrap();
+    assert_eq!(winner.digest.as_deref(), Some("sha256:bb"));
+}
