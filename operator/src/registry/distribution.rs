@@ -1,0 +1,922 @@
+//! Scan step: tags and digests from a registry over the OCI distribution API.
+//!
+//! [`RegistryClient`] lists a repository's tags (`GET /v2/<name>/tags/list`, following
+//! `Link` pagination) and resolves one tag to its manifest digest
+//! (`HEAD /v2/<name>/manifests/<ref>`). Authentication follows the registry's challenges
+//! (see [`super::auth`]). It is the [`TagSource`] for every registry that has no dedicated
+//! API client; ECR gets its own source later but can also be read through this one.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, LINK, RETRY_AFTER, WWW_AUTHENTICATE};
+use reqwest::{Method, StatusCode, Url};
+use sha2::{Digest as _, Sha256};
+
+use super::auth::{
+    AuthScheme, Credentials, FetchedToken, TokenCache, TokenKey, parse_token_response,
+    parse_www_authenticate, select_scheme,
+};
+use super::error::{RegistryError, parse_error_body, parse_retry_after};
+use super::reference::{RepositoryRef, is_valid_digest, is_valid_tag};
+use super::{TagInfo, TagSource};
+
+/// Manifest media types asked for when resolving digests. Multi-arch indexes come first: the
+/// digest users pin is the one `docker pull <tag>` resolves, which for multi-arch images is
+/// the index, not one platform's manifest.
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+application/vnd.docker.distribution.manifest.list.v2+json, \
+application/vnd.oci.image.manifest.v1+json, \
+application/vnd.docker.distribution.manifest.v2+json";
+
+const DIGEST_HEADER: &str = "docker-content-digest";
+
+/// The OCI spec lets registries refuse manifests above 4 MiB, so a larger body is not a
+/// manifest; the cap protects memory when hashing for the digest fallback.
+const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+/// One page of tags. Even 100 000 tags of 128 characters fit; a larger answer is broken.
+const MAX_TAGS_PAGE_BYTES: usize = 32 * 1024 * 1024;
+/// Error and token bodies are small; anything beyond is cut (errors) or refused (tokens).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+const MAX_TOKEN_BODY_BYTES: usize = 1024 * 1024;
+
+/// Settings for [`RegistryClient`].
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// `host[:port]` values reached over plain HTTP instead of HTTPS (local or in-cluster
+    /// registries without TLS). Compared case-insensitively; a scheme or trailing `/` is
+    /// ignored.
+    pub insecure_hosts: Vec<String>,
+    /// `User-Agent` sent on every request.
+    pub user_agent: String,
+    /// Whole-request timeout (connect, send, and read the full body).
+    pub timeout: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions {
+            insecure_hosts: Vec::new(),
+            user_agent: concat!("imagewatch/", env!("CARGO_PKG_VERSION")).to_string(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How tag lists are paged; the defaults suit public registries, and tests shrink them.
+/// Kept out of [`RegistryOptions`] because users have no reason to tune it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagPaging {
+    /// `n` query parameter for tag listing; `None` lets the registry pick its page size.
+    /// If a registry rejects the value (`PAGINATION_NUMBER_INVALID`), listing is retried
+    /// without it.
+    pub page_size: Option<u32>,
+    /// Most pages followed per listing, so a registry that keeps returning `Link` headers
+    /// cannot keep a scan busy forever. Reaching it is an error, not a silently short list,
+    /// because a truncated list could make the policy pick an older tag.
+    pub max_pages: usize,
+}
+
+impl Default for TagPaging {
+    fn default() -> Self {
+        // 1000 is the largest page distribution v3 accepts by default; 200 pages of it
+        // covers any real repository.
+        TagPaging {
+            page_size: Some(1000),
+            max_pages: 200,
+        }
+    }
+}
+
+/// Client for the OCI distribution API. Cheap to clone; clones share the HTTP connection
+/// pool, the learnt authentication schemes and the token cache.
+#[derive(Clone)]
+pub struct RegistryClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    options: RegistryOptions,
+    paging: TagPaging,
+    insecure_hosts: HashSet<String>,
+    /// Scheme each registry asked for last, so later requests authenticate up front
+    /// instead of paying a 401 round trip every time.
+    schemes: Mutex<HashMap<String, AuthScheme>>,
+    tokens: TokenCache,
+    token_fetches: AtomicU64,
+}
+
+impl std::fmt::Debug for RegistryClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryClient")
+            .field("options", &self.inner.options)
+            .field("paging", &self.inner.paging)
+            .field("token_fetches", &self.token_fetches())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What authenticated one request, remembered to decide how to react to a 401.
+#[derive(Debug, Clone)]
+enum SentAuth {
+    Basic(String),
+    Bearer(String),
+}
+
+/// What a request is for; decides how a 404 is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Registry,
+    TokenServer,
+}
+
+impl RegistryClient {
+    /// Builds a client. Installs the ring rustls crypto provider for the process if none is
+    /// installed yet, because the HTTP client cannot be built without one.
+    pub fn new(options: RegistryOptions) -> Result<Self, RegistryError> {
+        Self::with_paging(options, TagPaging::default())
+    }
+
+    /// [`Self::new`] with non-default tag paging.
+    pub fn with_paging(options: RegistryOptions, paging: TagPaging) -> Result<Self, RegistryError> {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Losing a race with another installer is fine: some provider is then in place.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let http = reqwest::Client::builder()
+            .user_agent(options.user_agent.clone())
+            .timeout(options.timeout)
+            .connect_timeout(options.timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| {
+                RegistryError::Transport(format!("cannot build HTTP client: {}", error_chain(&e)))
+            })?;
+        let insecure_hosts = options
+            .insecure_hosts
+            .iter()
+            .map(|h| normalize_host(h))
+            .filter(|h| !h.is_empty())
+            .collect();
+        Ok(RegistryClient {
+            inner: Arc::new(Inner {
+                http,
+                options,
+                paging,
+                insecure_hosts,
+                schemes: Mutex::new(HashMap::new()),
+                tokens: TokenCache::default(),
+                token_fetches: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Number of bearer-token requests made so far by this client and its clones.
+    pub fn token_fetches(&self) -> u64 {
+        self.inner.token_fetches.load(Ordering::Relaxed)
+    }
+
+    /// Lists all tags of `repo`, following pagination. Tags that do not match the tag
+    /// grammar are dropped, since a chosen tag is later written into manifests.
+    pub async fn list_tags(
+        &self,
+        repo: &RepositoryRef,
+        creds: &Credentials,
+    ) -> Result<Vec<String>, RegistryError> {
+        Ok(self.list_tags_paged(repo, creds).await?.0)
+    }
+
+    /// [`Self::list_tags`], also returning how many pages were read.
+    pub(crate) async fn list_tags_paged(
+        &self,
+        repo: &RepositoryRef,
+        creds: &Credentials,
+    ) -> Result<(Vec<String>, usize), RegistryError> {
+        #[derive(serde::Deserialize)]
+        struct Page {
+            // Some registries send `null` for a repository without tags.
+            tags: Option<Vec<String>>,
+        }
+
+        let base = self.repo_url(repo, "tags/list")?;
+        let mut url = base.clone();
+        let mut page_size = self.inner.paging.page_size;
+        if let Some(n) = page_size {
+            url.query_pairs_mut().append_pair("n", &n.to_string());
+        }
+        let mut visited = HashSet::new();
+        let mut seen_tags = HashSet::new();
+        let mut tags = Vec::new();
+        let mut pages = 0usize;
+        let mut dropped = 0usize;
+
+        loop {
+            if pages >= self.inner.paging.max_pages {
+                return Err(RegistryError::Protocol(format!(
+                    "{repo}: tag list still continues after {pages} pages; refusing to read further"
+                )));
+            }
+            if !visited.insert(url.to_string()) {
+                return Err(RegistryError::Protocol(format!(
+                    "{repo}: tag list pagination loops back to {url}"
+                )));
+            }
+            let response = self
+                .send(repo, creds, Method::GET, &url, "application/json")
+                .await?;
+            let status = response.status();
+            if !status.is_success() {
+                let failure = read_failure(response).await;
+                // Registries may cap `n` (distribution's `tags.maxtags`) and reject larger
+                // values instead of clamping; their default page size still works.
+                if pages == 0
+                    && page_size.is_some()
+                    && status == StatusCode::BAD_REQUEST
+                    && failure
+                        .codes
+                        .iter()
+                        .any(|c| c == "PAGINATION_NUMBER_INVALID")
+                {
+                    tracing::debug!(%repo, "registry rejected the tag page size; retrying without n");
+                    page_size = None;
+                    url = base.clone();
+                    visited.clear();
+                    continue;
+                }
+                return Err(failure.into_error(repo, Endpoint::Registry));
+            }
+            pages += 1;
+            let next = next_link(response.headers(), &url)?;
+            let body = read_body(response, MAX_TAGS_PAGE_BYTES).await?;
+            let page: Page = serde_json::from_slice(&body).map_err(|e| {
+                RegistryError::Protocol(format!("{repo}: tag list is not valid JSON: {e}"))
+            })?;
+            for tag in page.tags.unwrap_or_default() {
+                if !is_valid_tag(&tag) {
+                    dropped += 1;
+                    continue;
+                }
+                if seen_tags.insert(tag.clone()) {
+                    tags.push(tag);
+                }
+            }
+            match next {
+                Some(next) => url = next,
+                None => break,
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!(%repo, dropped, "registry listed tags that are not valid tag names; ignored them");
+        }
+        tracing::debug!(%repo, pages, tags = tags.len(), "listed tags");
+        Ok((tags, pages))
+    }
+
+    /// Resolves a tag (or checks a digest) to the manifest digest, as `docker pull` would
+    /// see it. `Ok(None)` when the registry answers 404.
+    ///
+    /// Uses `HEAD` so that Docker Hub does not count the request against pull limits; falls
+    /// back to `GET` and hashes the body when the registry sends no `Docker-Content-Digest`
+    /// or does not allow `HEAD`.
+    pub async fn manifest_digest(
+        &self,
+        repo: &RepositoryRef,
+        reference: &str,
+        creds: &Credentials,
+    ) -> Result<Option<String>, RegistryError> {
+        let is_digest = reference.contains(':');
+        let valid = if is_digest {
+            is_valid_digest(reference)
+        } else {
+            is_valid_tag(reference)
+        };
+        if !valid {
+            return Err(RegistryError::InvalidReference(format!(
+                "{reference:?} is neither a valid tag nor a valid digest"
+            )));
+        }
+        let url = self.repo_url(repo, &format!("manifests/{reference}"))?;
+
+        let head = self
+            .send(repo, creds, Method::HEAD, &url, MANIFEST_ACCEPT)
+            .await?;
+        match head.status() {
+            StatusCode::NOT_FOUND => return Ok(None),
+            StatusCode::METHOD_NOT_ALLOWED => {}
+            status if status.is_success() => {
+                if let Some(digest) = digest_header(head.headers())? {
+                    return Ok(Some(digest));
+                }
+                // A HEAD that succeeds for a digest reference proves the digest exists.
+                if is_digest {
+                    return Ok(Some(reference.to_string()));
+                }
+            }
+            _ => {
+                return Err(read_failure(head)
+                    .await
+                    .into_error(repo, Endpoint::Registry));
+            }
+        }
+
+        tracing::debug!(%repo, reference, "no digest from HEAD; fetching the manifest");
+        let get = self
+            .send(repo, creds, Method::GET, &url, MANIFEST_ACCEPT)
+            .await?;
+        let status = get.status();
+        if status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(read_failure(get).await.into_error(repo, Endpoint::Registry));
+        }
+        if let Some(digest) = digest_header(get.headers())? {
+            return Ok(Some(digest));
+        }
+        let body = read_body(get, MAX_MANIFEST_BYTES).await?;
+        Ok(Some(format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(&body))
+        )))
+    }
+
+    fn scheme_for(&self, host: &str) -> &'static str {
+        if self.inner.insecure_hosts.contains(&normalize_host(host)) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
+    fn repo_url(&self, repo: &RepositoryRef, suffix: &str) -> Result<Url, RegistryError> {
+        let scheme = self.scheme_for(&repo.registry);
+        let text = format!("{scheme}://{}/v2/{}/{suffix}", repo.registry, repo.path);
+        Url::parse(&text).map_err(|e| {
+            RegistryError::InvalidReference(format!("cannot form a URL for {repo}: {e}"))
+        })
+    }
+
+    fn remembered_scheme(&self, registry: &str) -> Option<AuthScheme> {
+        let schemes = self.inner.schemes.lock().unwrap_or_else(|e| e.into_inner());
+        schemes.get(registry).cloned()
+    }
+
+    fn remember_scheme(&self, registry: &str, scheme: &AuthScheme) {
+        let mut schemes = self.inner.schemes.lock().unwrap_or_else(|e| e.into_inner());
+        schemes.insert(registry.to_string(), scheme.clone());
+    }
+
+    /// Sends one registry request, authenticating as the registry asks.
+    ///
+    /// At most two requests go out: one with whatever is known about the registry (nothing,
+    /// Basic, or a cached token), and after a 401 one more with the scheme the challenge
+    /// names. A second 401 is final. Non-401 responses are returned as they are.
+    async fn send(
+        &self,
+        repo: &RepositoryRef,
+        creds: &Credentials,
+        method: Method,
+        url: &Url,
+        accept: &str,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let scope = format!("repository:{}:pull", repo.path);
+        let mut auth = match self.remembered_scheme(&repo.registry) {
+            Some(AuthScheme::Basic) => creds.basic_header().map(SentAuth::Basic),
+            Some(AuthScheme::Bearer { realm, service }) => Some(SentAuth::Bearer(
+                self.bearer_token(repo, &scope, creds, &realm, service.as_deref(), None)
+                    .await?,
+            )),
+            None => None,
+        };
+
+        for attempt in 0..2 {
+            let mut request = self
+                .inner
+                .http
+                .request(method.clone(), url.clone())
+                .header(ACCEPT, accept);
+            match &auth {
+                Some(SentAuth::Basic(header)) => request = request.header(AUTHORIZATION, header),
+                Some(SentAuth::Bearer(token)) => request = request.bearer_auth(token),
+                None => {}
+            }
+            let response = request.send().await.map_err(transport_error)?;
+            if response.status() != StatusCode::UNAUTHORIZED || attempt == 1 {
+                return Ok(response);
+            }
+
+            let challenges: Vec<_> = response
+                .headers()
+                .get_all(WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(parse_www_authenticate)
+                .collect();
+            let Some(scheme) = select_scheme(&challenges) else {
+                // 401 with nothing to follow: report it as it is.
+                return Ok(response);
+            };
+            self.remember_scheme(&repo.registry, &scheme);
+            auth = match scheme {
+                AuthScheme::Basic => match (creds.basic_header(), &auth) {
+                    // Already sent these credentials, or there are none to send.
+                    (Some(_), Some(SentAuth::Basic(_))) | (None, _) => return Ok(response),
+                    (Some(header), _) => Some(SentAuth::Basic(header)),
+                },
+                AuthScheme::Bearer { realm, service } => {
+                    let rejected = match &auth {
+                        Some(SentAuth::Bearer(token)) => Some(token.as_str()),
+                        _ => None,
+                    };
+                    Some(SentAuth::Bearer(
+                        self.bearer_token(
+                            repo,
+                            &scope,
+                            creds,
+                            &realm,
+                            service.as_deref(),
+                            rejected,
+                        )
+                        .await?,
+                    ))
+                }
+            };
+        }
+        // The loop always returns on its second pass; this keeps the function total.
+        Err(RegistryError::Protocol(format!(
+            "{repo}: authentication did not settle"
+        )))
+    }
+
+    async fn bearer_token(
+        &self,
+        repo: &RepositoryRef,
+        scope: &str,
+        creds: &Credentials,
+        realm: &str,
+        service: Option<&str>,
+        rejected: Option<&str>,
+    ) -> Result<String, RegistryError> {
+        let key = TokenKey {
+            registry: repo.registry.clone(),
+            scope: scope.to_string(),
+            identity: creds.identity(),
+        };
+        self.inner
+            .tokens
+            .get_or_fetch(&key, rejected, || {
+                self.fetch_token(repo, scope, creds, realm, service)
+            })
+            .await
+    }
+
+    /// Asks the token server named by a Bearer challenge for a pull token.
+    async fn fetch_token(
+        &self,
+        repo: &RepositoryRef,
+        scope: &str,
+        creds: &Credentials,
+        realm: &str,
+        service: Option<&str>,
+    ) -> Result<FetchedToken, RegistryError> {
+        let mut url = Url::parse(realm).map_err(|e| {
+            RegistryError::Protocol(format!(
+                "registry {} named an invalid token realm {realm:?}: {e}",
+                repo.registry
+            ))
+        })?;
+        match url.scheme() {
+            "https" => {}
+            "http" => {
+                // The realm comes from the network; never let it pull a password onto a
+                // plain-text connection unless the user marked that host as insecure.
+                let host = url_authority(&url);
+                if creds.basic_header().is_some() && self.scheme_for(&host) != "http" {
+                    return Err(RegistryError::Protocol(format!(
+                        "registry {} sent token realm {realm} over plain HTTP; refusing to send credentials there (add {host} to the insecure hosts if intended)",
+                        repo.registry
+                    )));
+                }
+            }
+            other => {
+                return Err(RegistryError::Protocol(format!(
+                    "registry {} named a token realm with unsupported scheme {other:?}",
+                    repo.registry
+                )));
+            }
+        }
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            query.append_pair("scope", scope);
+        }
+
+        self.inner.token_fetches.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(registry = %repo.registry, scope, "fetching registry token");
+        let mut request = self.inner.http.get(url).header(ACCEPT, "application/json");
+        if let Some(header) = creds.basic_header() {
+            request = request.header(AUTHORIZATION, header);
+        }
+        let response = request.send().await.map_err(transport_error)?;
+        if !response.status().is_success() {
+            return Err(read_failure(response)
+                .await
+                .into_error(repo, Endpoint::TokenServer));
+        }
+        let body = read_body(response, MAX_TOKEN_BODY_BYTES).await?;
+        parse_token_response(&body)
+    }
+}
+
+impl TagSource for RegistryClient {
+    fn list<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>> {
+        Box::pin(async move {
+            let tags = self.list_tags(repo, creds).await?;
+            Ok(tags
+                .into_iter()
+                .map(|tag| TagInfo {
+                    tag,
+                    digest: None,
+                    pushed_at: None,
+                })
+                .collect())
+        })
+    }
+
+    fn digest<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        reference: &'a str,
+        creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Option<String>, RegistryError>> {
+        Box::pin(self.manifest_digest(repo, reference, creds))
+    }
+}
+
+/// A failed response, read into what the error needs.
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    codes: Vec<String>,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+async fn read_failure(response: reqwest::Response) -> Failure {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
+    // HEAD answers have no body; the challenge's error_description is then the only
+    // explanation a registry gives for a 401.
+    let challenge_message = response
+        .headers()
+        .get_all(WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(parse_www_authenticate)
+        .find_map(|c| {
+            c.param("error_description")
+                .or_else(|| c.param("error"))
+                .map(str::to_string)
+        });
+    let body = read_body_truncated(response, MAX_ERROR_BODY_BYTES).await;
+    let parsed = parse_error_body(&body);
+    let message = if !parsed.message.is_empty() {
+        parsed.message
+    } else if let Some(m) = challenge_message.filter(|m| !m.is_empty()) {
+        super::error::truncate(&m)
+    } else {
+        format!(
+            "HTTP {} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        )
+        .trim_end()
+        .to_string()
+    };
+    Failure {
+        status,
+        codes: parsed.codes,
+        message,
+        retry_after,
+    }
+}
+
+impl Failure {
+    fn into_error(self, repo: &RepositoryRef, endpoint: Endpoint) -> RegistryError {
+        let registry = repo.registry.clone();
+        match self.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => RegistryError::Unauthorized {
+                registry,
+                message: self.message,
+            },
+            StatusCode::NOT_FOUND if endpoint == Endpoint::Registry => RegistryError::NotFound {
+                registry,
+                repository: repo.path.clone(),
+                message: self.message,
+            },
+            StatusCode::TOO_MANY_REQUESTS => RegistryError::RateLimited {
+                registry,
+                retry_after: self.retry_after,
+                message: self.message,
+            },
+            status => RegistryError::Server {
+                registry,
+                status: status.as_u16(),
+                message: match endpoint {
+                    Endpoint::Registry => self.message,
+                    Endpoint::TokenServer => format!("token server: {}", self.message),
+                },
+            },
+        }
+    }
+}
+
+/// Reads a whole body, failing if it exceeds `limit` (a registry sending more is broken or
+/// hostile, and memory must stay bounded).
+async fn read_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, RegistryError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
+        if body.len() + chunk.len() > limit {
+            return Err(RegistryError::Protocol(format!(
+                "response from {} exceeds {limit} bytes",
+                response.url()
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Reads up to `limit` bytes of an error body; transport errors just end the body, since
+/// the status already says what went wrong.
+async fn read_body_truncated(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = limit.saturating_sub(body.len());
+        body.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+        if body.len() >= limit {
+            break;
+        }
+    }
+    body
+}
+
+fn digest_header(headers: &HeaderMap) -> Result<Option<String>, RegistryError> {
+    let Some(value) = headers.get(DIGEST_HEADER) else {
+        return Ok(None);
+    };
+    let digest = value.to_str().map(str::trim).unwrap_or_default();
+    if is_valid_digest(digest) {
+        Ok(Some(digest.to_string()))
+    } else {
+        Err(RegistryError::Protocol(format!(
+            "registry sent an invalid Docker-Content-Digest {value:?}"
+        )))
+    }
+}
+
+/// Finds the `rel="next"` target among the `Link` headers and resolves it against the
+/// current page URL.
+///
+/// The target must be on the same host as the registry: the next request carries the
+/// credentials, so a foreign host in a Link header must not receive them. A target on the
+/// same host keeps the current scheme and port, because proxies in front of registries
+/// often write `http://` links while serving HTTPS.
+fn next_link(headers: &HeaderMap, current: &Url) -> Result<Option<Url>, RegistryError> {
+    let Some(target) = headers
+        .get_all(LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(parse_link_header)
+        .find(|link| link.rels.iter().any(|r| r.eq_ignore_ascii_case("next")))
+        .map(|link| link.target)
+    else {
+        return Ok(None);
+    };
+    let resolved = current
+        .join(&target)
+        .map_err(|e| RegistryError::Protocol(format!("invalid pagination link {target:?}: {e}")))?;
+    if resolved.host_str() != current.host_str() {
+        return Err(RegistryError::Protocol(format!(
+            "pagination link {target:?} points to another host; not following it"
+        )));
+    }
+    let mut next = current.clone();
+    next.set_path(resolved.path());
+    next.set_query(resolved.query());
+    Ok(Some(next))
+}
+
+/// One link of a `Link` header (RFC 8288).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Link {
+    pub target: String,
+    pub rels: Vec<String>,
+}
+
+/// Parses `<target>; rel="next"; foo=bar, <other>; rel=prev`. Commas inside `<...>` or
+/// quoted values do not split links. Entries without `<...>` are skipped.
+pub(crate) fn parse_link_header(value: &str) -> Vec<Link> {
+    let mut links = Vec::new();
+    let mut rest = value;
+    while let Some(open) = rest.find('<') {
+        let after_open = &rest[open + 1..];
+        let Some(close) = after_open.find('>') else {
+            break;
+        };
+        let target = after_open[..close].trim().to_string();
+        let mut params = &after_open[close + 1..];
+
+        // Parameters run until a comma outside quotes.
+        let mut in_quotes = false;
+        let mut escaped = false;
+        let mut end = params.len();
+        for (i, c) in params.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if in_quotes => escaped = true,
+                '"' => in_quotes = !in_quotes,
+                ',' if !in_quotes => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = params.get(end + 1..).unwrap_or("");
+        params = &params[..end];
+
+        let mut rels = Vec::new();
+        for param in params.split(';') {
+            let Some((name, raw)) = param.split_once('=') else {
+                continue;
+            };
+            if name.trim().eq_ignore_ascii_case("rel") {
+                let raw = raw.trim();
+                let unquoted = raw
+                    .strip_prefix('"')
+                    .and_then(|r| r.strip_suffix('"'))
+                    .unwrap_or(raw);
+                rels.extend(unquoted.split_whitespace().map(str::to_string));
+            }
+        }
+        links.push(Link { target, rels });
+    }
+    links
+}
+
+/// `host[:port]` of a URL, with the port only when it is explicit, matching how insecure
+/// hosts are written.
+fn url_authority(url: &Url) -> String {
+    let host = url.host_str().unwrap_or_default();
+    match url.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
+    }
+}
+
+fn normalize_host(host: &str) -> String {
+    let lower = host.trim().to_ascii_lowercase();
+    let without_scheme = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+        .unwrap_or(&lower);
+    without_scheme.trim_end_matches('/').to_string()
+}
+
+fn transport_error(error: reqwest::Error) -> RegistryError {
+    RegistryError::Transport(error_chain(&error))
+}
+
+/// reqwest's top-level message ("error sending request") hides the cause (refused, DNS,
+/// certificate, timeout); the full chain is what an operator needs.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn headers(links: &[&str]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for link in links {
+            map.append(LINK, HeaderValue::from_str(link).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn link_header_forms() {
+        let links = parse_link_header(r#"</v2/a/tags/list?n=1&last=b>; rel="next""#);
+        assert_eq!(
+            links,
+            vec![Link {
+                target: "/v2/a/tags/list?n=1&last=b".into(),
+                rels: vec!["next".into()]
+            }]
+        );
+        let links = parse_link_header(
+            r#"<https://r.io/v2/a/tags/list?last=x,y>; title="a, b"; rel=prev, <https://r.io/v2/a/tags/list?last=z>; REL="next last""#,
+        );
+        assert_eq!(links.len(), 2);
+        assert_eq!(links[0].target, "https://r.io/v2/a/tags/list?last=x,y");
+        assert_eq!(links[0].rels, vec!["prev"]);
+        assert_eq!(links[1].rels, vec!["next", "last"]);
+        assert_eq!(parse_link_header("garbage"), vec![]);
+        assert_eq!(parse_link_header("<unterminated"), vec![]);
+    }
+
+    #[test]
+    fn next_link_resolution() {
+        let current = Url::parse("https://r.io/v2/team/app/tags/list?n=2").unwrap();
+        // Relative.
+        let next = next_link(
+            &headers(&[r#"</v2/team/app/tags/list?n=2&last=b>; rel="next""#]),
+            &current,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            next.as_str(),
+            "https://r.io/v2/team/app/tags/list?n=2&last=b"
+        );
+        // Absolute on the same host, even with a downgraded scheme.
+        let next = next_link(
+            &headers(&[r#"<http://r.io/v2/team/app/tags/list?last=c>; rel="next""#]),
+            &current,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(next.as_str(), "https://r.io/v2/team/app/tags/list?last=c");
+        // Only prev: no next page.
+        assert_eq!(
+            next_link(&headers(&[r#"</x>; rel="prev""#]), &current).unwrap(),
+            None
+        );
+        assert_eq!(next_link(&headers(&[]), &current).unwrap(), None);
+        // Separate Link headers.
+        let next = next_link(
+            &headers(&[r#"</p>; rel="prev""#, r#"</n>; rel="next""#]),
+            &current,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(next.path(), "/n");
+        // Another host must not get the credentials.
+        assert!(matches!(
+            next_link(
+                &headers(&[r#"<https://evil.io/v2/x>; rel="next""#]),
+                &current
+            ),
+            Err(RegistryError::Protocol(_))
+        ));
+    }
+
+    #[test]
+    fn insecure_host_normalisation() {
+        assert_eq!(normalize_host(" HTTP://Reg.Local:5000/ "), "reg.local:5000");
+        assert_eq!(normalize_host("reg.local"), "reg.local");
+    }
+
+    #[test]
+    fn digest_header_validation() {
+        let mut map = HeaderMap::new();
+        assert_eq!(digest_header(&map).unwrap(), None);
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        map.insert(DIGEST_HEADER, HeaderValue::from_str(&digest).unwrap());
+        assert_eq!(digest_header(&map).unwrap(), Some(digest));
+        map.insert(DIGEST_HEADER, HeaderValue::from_static("sha256:nothex"));
+        assert!(matches!(
+            digest_header(&map),
+            Err(RegistryError::Protocol(_))
+        ));
+    }
+}

@@ -1,0 +1,62 @@
+//! Scan step: tags and digests from container registries.
+//!
+//! The controller turns a watched image into a [`RepositoryRef`], loads [`Credentials`] from
+//! the watch's pull secret with [`from_dockerconfigjson`], asks a [`TagSource`] for the
+//! repository's tags, lets the policy choose one, and then resolves only that tag's digest
+//! with [`TagSource::digest`]. Failures are [`RegistryError`]s whose messages carry the
+//! registry's own explanation and whose [`RegistryError::category`] labels metrics.
+//!
+//! - [`reference`]: image name → registry host + repository path; tag/digest grammar; ECR hosts.
+//! - [`dockerconfig`]: credentials for one host out of a `.dockerconfigjson` secret.
+//! - [`auth`]: credentials, `WWW-Authenticate` parsing, the shared bearer-token cache.
+//! - [`distribution`]: [`RegistryClient`], the OCI distribution API client and default
+//!   [`TagSource`]. Registries with richer APIs (ECR, with push times) get their own
+//!   `TagSource`, chosen with [`is_ecr_host`].
+
+pub mod auth;
+pub mod distribution;
+pub mod dockerconfig;
+pub mod error;
+pub mod reference;
+
+#[cfg(test)]
+mod live_registry_tests;
+#[cfg(test)]
+mod mock_registry_tests;
+#[cfg(test)]
+mod test_server;
+
+pub use auth::Credentials;
+pub use distribution::{RegistryClient, RegistryOptions, TagPaging};
+pub use dockerconfig::{dockerconfig_hosts, from_dockerconfigjson};
+pub use error::RegistryError;
+pub use reference::{
+    DOCKER_HUB_REGISTRY, RepositoryRef, is_docker_hub_host, is_ecr_host, is_valid_digest,
+    is_valid_tag,
+};
+
+use futures::future::BoxFuture;
+
+/// One tag as seen by a tag source (shared with the tag policy, which orders them).
+pub use crate::policy::TagInfo;
+
+/// Where the controller gets tags and digests from. Object-safe (boxed futures, no
+/// `async_trait`) so the controller can hold `Arc<dyn TagSource>` and pick the
+/// implementation per registry.
+pub trait TagSource: Send + Sync {
+    /// All tags of `repo`.
+    fn list<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>>;
+
+    /// Manifest digest of `reference` (a tag or a digest) in `repo`; `Ok(None)` when it does
+    /// not exist.
+    fn digest<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        reference: &'a str,
+        creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Option<String>, RegistryError>>;
+}
