@@ -1,0 +1,283 @@
+//! Errors of the git writer (read current state from Git, commit and push
+//! edits).
+//!
+//! libgit2 reports most failures as a numeric code plus a free-form message.
+//! This file turns them into variants the controller can act on (retry,
+//! surface an auth problem on the resource status, back off on network
+//! trouble) and gives each a stable [`GitError::category`] for metrics and
+//! status conditions.
+
+use std::path::PathBuf;
+
+use git2::{ErrorClass, ErrorCode, Oid};
+
+/// Result type of the git writer.
+pub type Result<T, E = GitError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while reading from or writing to a remote.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GitError {
+    /// The remote URL could not be understood or is not allowed.
+    #[error("invalid git remote URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+
+    /// The remote refused the credentials, or asked for a kind of
+    /// credential that is not configured.
+    #[error("authentication to {url} failed: {reason}")]
+    AuthFailed { url: String, reason: String },
+
+    /// The SSH server presented a host key for which known_hosts has no
+    /// entry. The connection was refused before any credential was sent.
+    #[error(
+        "SSH host key of {host} is not listed in known_hosts; refusing to connect \
+         (add a plain, unhashed `{host} <type> <key>` line)"
+    )]
+    UnknownHostKey { host: String },
+
+    /// known_hosts lists the host, but with a different key (or the key is
+    /// marked `@revoked`). Either the server rotated its key or someone is
+    /// in the middle; both need a human.
+    #[error("SSH host key of {host} ({key_type}) does not match known_hosts; refusing to connect")]
+    HostKeyMismatch { host: String, key_type: String },
+
+    /// The remote did not accept the new branch tip: someone else moved the
+    /// branch first (non-fast-forward), or a server-side rule refused it.
+    #[error("push to branch {branch:?} was rejected: {message}")]
+    PushRejected { branch: String, message: String },
+
+    /// The remote repository does not exist (or is invisible with the
+    /// configured credentials).
+    #[error("remote repository {url} was not found: {message}")]
+    RepoNotFound { url: String, message: String },
+
+    /// The branch does not exist on the remote.
+    #[error("branch {branch:?} does not exist on {url}")]
+    BranchNotFound { url: String, branch: String },
+
+    /// A path asked for does not exist in the given commit.
+    #[error("path {path:?} does not exist in commit {commit}")]
+    PathNotFound { commit: Oid, path: String },
+
+    /// Talking to the remote failed below the git protocol: DNS, TCP, TLS,
+    /// HTTP status, SSH transport.
+    #[error("{op} {url}: {message}")]
+    Network {
+        op: &'static str,
+        url: String,
+        message: String,
+        #[source]
+        source: git2::Error,
+    },
+
+    /// A branch name that git would not accept as `refs/heads/<name>`.
+    #[error("invalid branch name {branch:?}")]
+    InvalidBranch { branch: String },
+
+    /// A file edit that cannot be applied (bad path, path collides with a
+    /// directory or symlink, conflicting duplicate).
+    #[error("invalid edit of {path:?}: {reason}")]
+    InvalidEdit { path: String, reason: String },
+
+    /// Local filesystem trouble in the clone cache.
+    #[error("git cache directory {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The caller's edit computation inside [`super::write_with_retry`]
+    /// failed (for example a manifest that does not parse); nothing was
+    /// committed.
+    #[error("computing edits failed: {source}")]
+    Apply {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// Any other libgit2 failure (corrupt object, missing commit, ...).
+    #[error("git {op} failed: {message}")]
+    Git {
+        op: &'static str,
+        message: String,
+        #[source]
+        source: git2::Error,
+    },
+}
+
+impl GitError {
+    /// Stable, low-cardinality label for metrics and status reasons: one of
+    /// `auth`, `unknown_host_key`, `push_rejected`, `not_found`, `network`,
+    /// `other`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            GitError::AuthFailed { .. } => "auth",
+            GitError::UnknownHostKey { .. } | GitError::HostKeyMismatch { .. } => {
+                "unknown_host_key"
+            }
+            GitError::PushRejected { .. } => "push_rejected",
+            GitError::RepoNotFound { .. }
+            | GitError::BranchNotFound { .. }
+            | GitError::PathNotFound { .. } => "not_found",
+            GitError::Network { .. } => "network",
+            GitError::InvalidUrl { .. }
+            | GitError::InvalidBranch { .. }
+            | GitError::InvalidEdit { .. }
+            | GitError::Io { .. }
+            | GitError::Apply { .. }
+            | GitError::Git { .. } => "other",
+        }
+    }
+
+    /// Whether trying again later, without any change of configuration, may
+    /// succeed. Auth, host key and not-found problems need a human.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            GitError::Network { .. } | GitError::PushRejected { .. } | GitError::Io { .. }
+        )
+    }
+
+    /// Wrap a failure of the caller's own edit computation.
+    pub fn apply(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        GitError::Apply {
+            source: source.into(),
+        }
+    }
+
+    /// Wrap a libgit2 failure of a purely local operation.
+    pub(crate) fn git(op: &'static str, source: git2::Error) -> Self {
+        GitError::Git {
+            op,
+            message: source.message().to_owned(),
+            source,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        GitError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// Classify a libgit2 failure of an operation that talked to `url`.
+    ///
+    /// Callers check for failures recorded by our own callbacks first (they
+    /// carry the precise reason); this is the fallback for everything that
+    /// libgit2 decided on its own.
+    pub(crate) fn remote(op: &'static str, url: &str, source: git2::Error) -> Self {
+        let message = source.message().to_owned();
+        let lower = message.to_ascii_lowercase();
+        match source.code() {
+            ErrorCode::Auth => {
+                return GitError::AuthFailed {
+                    url: url.to_owned(),
+                    reason: message,
+                };
+            }
+            ErrorCode::NotFastForward => {
+                // Only pushes produce this; the caller replaces it with a
+                // PushRejected that names the branch.
+                return GitError::Git {
+                    op,
+                    message,
+                    source,
+                };
+            }
+            ErrorCode::Certificate => {
+                return GitError::Network {
+                    op,
+                    url: url.to_owned(),
+                    message: format!("certificate rejected: {message}"),
+                    source,
+                };
+            }
+            _ => {}
+        }
+        // libgit2 has no dedicated code for "repository missing": file://
+        // says "could not find repository" or "failed to resolve path",
+        // smart HTTP surfaces the 404 and
+        // most SSH servers print "does not appear to be a git repository"
+        // or "not found" on stderr.
+        if lower.contains("could not find repository")
+            || lower.contains("failed to resolve path")
+            || lower.contains("status code: 404")
+            || lower.contains("does not appear to be a git repository")
+            || lower.contains("repository not found")
+        {
+            return GitError::RepoNotFound {
+                url: url.to_owned(),
+                message,
+            };
+        }
+        if lower.contains("status code: 401") || lower.contains("status code: 403") {
+            return GitError::AuthFailed {
+                url: url.to_owned(),
+                reason: message,
+            };
+        }
+        match source.class() {
+            ErrorClass::Net
+            | ErrorClass::Http
+            | ErrorClass::Ssh
+            | ErrorClass::Ssl
+            | ErrorClass::Os => GitError::Network {
+                op,
+                url: url.to_owned(),
+                message,
+                source,
+            },
+            _ => GitError::Git {
+                op,
+                message,
+                source,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_are_stable() {
+        let e = GitError::PushRejected {
+            branch: "main".into(),
+            message: "non-fast-forward".into(),
+        };
+        assert_eq!(e.category(), "push_rejected");
+        assert!(e.is_transient());
+        let e = GitError::UnknownHostKey { host: "h".into() };
+        assert_eq!(e.category(), "unknown_host_key");
+        assert!(!e.is_transient());
+        let e = GitError::remote(
+            "fetch",
+            "https://x",
+            git2::Error::new(ErrorCode::Auth, ErrorClass::Http, "nope"),
+        );
+        assert_eq!(e.category(), "auth");
+        let e = GitError::remote(
+            "fetch",
+            "https://x",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Http,
+                "unexpected http status code: 404",
+            ),
+        );
+        assert_eq!(e.category(), "not_found");
+        let e = GitError::remote(
+            "fetch",
+            "https://x",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Net,
+                "failed to resolve address",
+            ),
+        );
+        assert_eq!(e.category(), "network");
+    }
+}
