@@ -1,1 +1,47 @@
-fn main() {}
+//! The `imagewatch` binary: the controller (`run`), CRD output (`crds`) and the offline
+//! edit engine (`set-image`).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use imagewatch::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // One TLS crypto provider for every client in the process (kube, registry, AWS).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match cli.command {
+        Command::Crds(args) => imagewatch::cli::crds(&args),
+        Command::SetImage(args) => imagewatch::cli::set_image(&args),
+        Command::Run(args) => {
+            imagewatch::telemetry::init_logging(args.log_format);
+            // SAFETY: called once, before the runtime (and so any git work) starts.
+            let timeouts = unsafe {
+                imagewatch::git::set_network_timeouts(
+                    std::time::Duration::from_secs(15),
+                    std::time::Duration::from_secs(120),
+                )
+            };
+            if let Err(e) = timeouts {
+                tracing::warn!(error = %e, "cannot set git network timeouts");
+            }
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(imagewatch::controller::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = %e, "imagewatch stopped");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

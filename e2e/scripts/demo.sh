@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `just demo`: the whole loop on the local test ground.
+#
+# Starts the control plane, registry and git server; installs the chart's CRDs and RBAC;
+# runs the operator under the chart's ServiceAccount; applies samples/canary-primary; pushes
+# my-api:canary-v1.2.4 and shows the commit it became and `kubectl get imagewatches`.
+# Set DEMO_KEEP=1 to leave everything running afterwards.
+set -euo pipefail
+COMPONENT=demo
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+"$SCRIPTS_DIR/deps.sh"
+HELM=$("$SCRIPTS_DIR/helm.sh" path)
+cd "$REPO"
+say "building imagewatch"
+cargo build -q -p imagewatch
+say "starting the test ground (kube-apiserver + etcd, registry, git server)"
+eval "$("$SCRIPTS_DIR/testground.sh" up)"
+DEMO="$STATE/demo"
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+OP_PID=""
+cleanup() {
+  [[ -n $OP_PID ]] && kill "$OP_PID" 2>/dev/null && wait "$OP_PID" 2>/dev/null
+  if [[ ${DEMO_KEEP:-0} != 1 ]]; then
+    "$SCRIPTS_DIR/testground.sh" down >/dev/null || true
+  else
+    echo "left running; stop with: just testground-down"
+  fi
+}
+trap cleanup EXIT
+
+NS=my-api-$(date +%s)
+say "installing the chart's CRDs and RBAC (namespace $NS)"
+kubectl apply --server-side --force-conflicts -f charts/imagewatch/crds/ >/dev/null
+kubectl wait --for=condition=Established --timeout=60s crd/imagewatches.imagewatch.dev >/dev/null
+kubectl create namespace "$NS" >/dev/null
+"$HELM" template imagewatch charts/imagewatch --namespace "$NS" \
+  --show-only templates/serviceaccount.yaml --show-only templates/rbac.yaml |
+  kubectl apply --server-side --force-conflicts -f - >/dev/null
+TOKEN=$(kubectl create token imagewatch -n "$NS" --duration=1h)
+SA_KUBECONFIG="$DEMO/kubeconfig"
+SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+CA=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+cat >"$SA_KUBECONFIG" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: ground, cluster: {server: "$SERVER", certificate-authority-data: "$CA"}}]
+users: [{name: imagewatch, user: {token: "$TOKEN"}}]
+contexts: [{name: imagewatch, context: {cluster: ground, user: imagewatch, namespace: "$NS"}}]
+current-context: imagewatch
+KC
+
+say "seeding the manifests repository from samples/canary-primary/manifests"
+cp -r samples/canary-primary/manifests "$DEMO/seed"
+sed -i "s#registry.example.com#$IMAGEWATCH_REGISTRY#g" "$DEMO"/seed/apps/my-api/overlays/stg/*.yaml
+REPO_NAME=demo-$NS
+"$SCRIPTS_DIR/new-repo.sh" "$REPO_NAME" "$DEMO/seed" >/dev/null
+GIT_URL="${IMAGEWATCH_GIT_HTTP_URL}${REPO_NAME}.git"
+
+say "pushing my-api:canary-v1.2.3 and my-api:primary-v1.2.3 (what Git already runs)"
+IMAGE_REPO=my-api
+"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.3" >/dev/null
+"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:primary-v1.2.3" >/dev/null
+
+kubectl -n "$NS" create secret docker-registry regcred --docker-server="$IMAGEWATCH_REGISTRY" \
+  --docker-username="$IMAGEWATCH_REGISTRY_USER" --docker-password="$IMAGEWATCH_REGISTRY_PASSWORD" >/dev/null
+kubectl -n "$NS" create secret generic git-creds --from-literal=username="$IMAGEWATCH_GIT_USER" \
+  --from-literal=token="$IMAGEWATCH_GIT_TOKEN" >/dev/null
+
+say "starting the operator as ServiceAccount $NS/imagewatch (log: $DEMO/operator.log)"
+KUBECONFIG="$SA_KUBECONFIG" RUST_LOG=info target/debug/imagewatch run \
+  --metrics-addr "127.0.0.1:$(free_port)" --cache-dir "$DEMO/cache" \
+  --insecure-registry "$IMAGEWATCH_REGISTRY" >"$DEMO/operator.log" 2>&1 &
+OP_PID=$!
+
+say "applying samples/canary-primary/imagewatches.yaml"
+sed -e "s#namespace: my-api#namespace: $NS#" \
+  -e "s#registry.example.com/my-api#$IMAGEWATCH_REGISTRY/$IMAGE_REPO#" \
+  -e "s#https://git.example.com/org/manifests.git#$GIT_URL#" \
+  -e "s#interval: 1m#interval: 10s#" samples/canary-primary/imagewatches.yaml | kubectl apply -f -
+kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatch/my-api-canary imagewatch/my-api-primary >/dev/null
+kubectl -n "$NS" get imagewatches
+
+say "CI pushes my-api:canary-v1.2.4"
+"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.4"
+t0=$SECONDS
+kubectl -n "$NS" wait --for=jsonpath='{.status.applied.tag}'=canary-v1.2.4 --timeout=90s imagewatch/my-api-canary >/dev/null ||
+  { tail -30 "$DEMO/operator.log"; die "the push did not become a commit"; }
+say "committed $((SECONDS - t0))s after the push (the sample watches poll every 10s):"
+git --git-dir "$IMAGEWATCH_GIT_REPOS/$REPO_NAME.git" log -1 --stat -p main | cat
+say "kubectl get imagewatches"
+kubectl -n "$NS" get imagewatches
+kubectl -n "$NS" get imagewatch my-api-canary -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'

@@ -1,0 +1,145 @@
+//! The operator as a real process (the binary built from `operator/`), authenticated with a
+//! chosen kubeconfig. Killed when the handle drops.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+};
+
+use anyhow::Context as _;
+
+use crate::ground::{Ground, repo_root};
+
+/// A running `imagewatch run`.
+pub struct Operator {
+    child: Option<Child>,
+    /// Log file (stdout + stderr).
+    pub log: PathBuf,
+    /// Address of /metrics.
+    pub metrics_addr: String,
+    /// Clone cache directory.
+    pub cache_dir: PathBuf,
+    kubeconfig: PathBuf,
+    extra: Vec<String>,
+}
+
+/// Path of the operator binary (built by `cargo build` before the tests).
+pub fn binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    target.join("debug/imagewatch")
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl Operator {
+    /// Starts the operator with `kubeconfig`; `extra` are further `run` flags.
+    pub fn start(
+        ground: &Ground,
+        name: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let dir = ground.state.join("operators").join(name);
+        std::fs::create_dir_all(&dir)?;
+        let cache_dir = dir.join("cache");
+        let mut op = Self {
+            child: None,
+            log: dir.join("operator.log"),
+            metrics_addr: String::new(),
+            cache_dir,
+            kubeconfig: kubeconfig.to_path_buf(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        op.spawn()?;
+        Ok(op)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let bin = binary();
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not built; run `cargo build` first",
+            bin.display()
+        );
+        self.metrics_addr = format!("127.0.0.1:{}", free_port()?);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--metrics-addr")
+            .arg(&self.metrics_addr)
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .args(&self.extra)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,imagewatch=debug".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting imagewatch")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Stops the process (SIGKILL) and starts it again with the same settings and cache.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// SIGKILL.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// The last lines of the log (for failure messages).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// GET /metrics.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let body = reqwest::get(format!("http://{}/metrics", self.metrics_addr))
+            .await?
+            .text()
+            .await?;
+        Ok(body)
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- operator log ({}) ---\n{}",
+                self.log.display(),
+                self.log_tail(60)
+            );
+        }
+        self.kill();
+    }
+}

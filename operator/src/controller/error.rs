@@ -1,0 +1,74 @@
+//! Reconcile errors and how each is handled: a spec the user must fix waits for a change
+//! (stalled), a transient failure is retried with backoff.
+
+use imagewatch_crd::conditions::reason;
+
+/// Why a reconcile did not reach `Ready=True`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The spec cannot be acted on.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A referenced Secret is missing or incomplete.
+    #[error("{0}")]
+    CredentialsNotFound(String),
+    /// The registry failed or refused.
+    #[error("registry: {0}")]
+    Registry(#[from] crate::registry::RegistryError),
+    /// No tag matches the rules.
+    #[error("{0}")]
+    NoMatchingTags(String),
+    /// The pinned tag is not in the registry.
+    #[error("{0}")]
+    PinnedTagNotFound(String),
+    /// The target is missing or ambiguous in Git.
+    #[error("{0}")]
+    TargetNotFound(String),
+    /// Git failed.
+    #[error("git: {0}")]
+    Git(#[from] crate::git::GitError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A blocking task panicked or was cancelled.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl ReconcileError {
+    /// The `Ready` reason reported for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => reason::INVALID_SPEC,
+            Self::CredentialsNotFound(_) => reason::CREDENTIALS_NOT_FOUND,
+            Self::Registry(_) => reason::REGISTRY_ERROR,
+            Self::NoMatchingTags(_) => reason::NO_MATCHING_TAGS,
+            Self::PinnedTagNotFound(_) => reason::PINNED_TAG_NOT_FOUND,
+            Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
+            Self::Git(_) => reason::GIT_ERROR,
+            Self::Kube(_) | Self::Internal(_) => "InternalError",
+        }
+    }
+
+    /// Low-cardinality metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::CredentialsNotFound(_) => "credentials",
+            Self::Registry(_) => "registry",
+            Self::NoMatchingTags(_) => "no_matching_tags",
+            Self::PinnedTagNotFound(_) => "pinned_tag_not_found",
+            Self::TargetNotFound(_) => "target_not_found",
+            Self::Git(_) => "git",
+            Self::Kube(_) => "kube",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// Whether only a change by the user can fix it. Such errors are not retried quickly:
+    /// the object is looked at again when it changes, and at its polling interval (the registry
+    /// or Git may change under it).
+    pub fn is_stalled(&self) -> bool {
+        matches!(self, Self::InvalidSpec(_) | Self::TargetNotFound(_))
+    }
+}

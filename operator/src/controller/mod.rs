@@ -1,0 +1,263 @@
+//! The ImageWatch controller: watches `ImageWatch` objects and runs one reconcile per object
+//! (dereference → validate → scan → select → read Git → write → status).
+//!
+//! Objects that do not deserialize are reported on their status (`InvalidSpec`) instead of
+//! stopping the stream (`DeserializeGuard`).
+
+mod duration;
+pub mod error;
+pub mod reconcile;
+pub mod secrets;
+pub mod status;
+pub mod writer;
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use imagewatch_crd::ImageWatch;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    core::DeserializeGuard,
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Recorder, Reporter},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use tokio::sync::Mutex;
+
+pub use duration::parse_duration;
+pub use error::ReconcileError;
+
+use crate::{
+    cli::RunArgs,
+    registry::{RegistryClient, RegistryOptions},
+    telemetry::{Metrics, ReconcileLabels},
+};
+
+/// Errors that stop the controller process.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable Kubernetes configuration.
+    #[error("cannot build a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// The CRDs are not installed or not established.
+    #[error(
+        "the ImageWatch CRD is not available: {0} (install charts/imagewatch or `imagewatch crds | kubectl apply -f -`)"
+    )]
+    CrdMissing(String),
+    /// The metrics server failed.
+    #[error("metrics server: {0}")]
+    Metrics(#[source] std::io::Error),
+    /// The cache directory is unusable.
+    #[error("cache directory {path}: {source}")]
+    CacheDir {
+        /// The directory.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything a reconcile needs, shared by all reconciles.
+pub struct Context {
+    /// Kubernetes client (the operator's ServiceAccount).
+    pub client: Client,
+    /// Registry client with the shared token cache.
+    pub registry: RegistryClient,
+    /// Git writer: one bare clone per repository, one writer per (repository, branch).
+    pub writer: writer::GitWriter,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Consecutive transient failures per object, for backoff.
+    failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ImageWatch>>, u32>>,
+}
+
+impl Context {
+    /// Builds a context.
+    pub fn new(
+        client: Client,
+        registry: RegistryClient,
+        writer: writer::GitWriter,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: "imagewatch".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            registry,
+            writer,
+            metrics,
+            failures: Mutex::default(),
+        }
+    }
+
+    async fn backoff(
+        &self,
+        key: ObjectRef<DeserializeGuard<ImageWatch>>,
+        cap: Duration,
+    ) -> Duration {
+        let mut failures = self.failures.lock().await;
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        let secs = 2u64.saturating_pow((*n).min(10)).min(cap.as_secs().max(5));
+        Duration::from_secs(secs)
+    }
+
+    async fn reset_backoff(&self, key: &ObjectRef<DeserializeGuard<ImageWatch>>) {
+        self.failures.lock().await.remove(key);
+    }
+}
+
+/// `imagewatch run`: runs the controller until SIGTERM/SIGINT.
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    std::fs::create_dir_all(&args.cache_dir).map_err(|source| RunError::CacheDir {
+        path: args.cache_dir.display().to_string(),
+        source,
+    })?;
+    let client = Client::try_default().await.map_err(RunError::Client)?;
+    wait_for_crd(&client).await?;
+
+    let metrics = Arc::new(Metrics::new());
+    let registry = RegistryClient::new(RegistryOptions {
+        insecure_hosts: args.insecure_registries.clone(),
+        user_agent: format!("imagewatch/{}", env!("CARGO_PKG_VERSION")),
+        timeout: args.registry_timeout,
+    })
+    .map_err(|e| RunError::CrdMissing(format!("registry client: {e}")))?;
+    let writer = writer::GitWriter::new(
+        &args.cache_dir,
+        crate::git::Author {
+            name: args.git_author_name.clone(),
+            email: args.git_author_email.clone(),
+        },
+        args.push_attempts,
+        metrics.clone(),
+    );
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        registry,
+        writer,
+        metrics.clone(),
+    ));
+
+    let api: Api<DeserializeGuard<ImageWatch>> = match &args.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signal_token = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested; finishing in-flight reconciles");
+        signal_token.cancel();
+    });
+
+    let server_token = shutdown.clone();
+    let server = tokio::spawn(crate::telemetry::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        async move { server_token.cancelled().await },
+    ));
+
+    let controller_token = shutdown.clone();
+    let ready_metrics = metrics.clone();
+    let controller = Controller::new(api, watcher::Config::default().any_semantic())
+        // Graceful shutdown lets a reconcile that is pushing finish before the process exits,
+        // so a commit is never left half-pushed by a rolling update.
+        .graceful_shutdown_on(async move { controller_token.cancelled().await })
+        .run(reconcile::reconcile, error_policy, ctx)
+        .for_each(move |result| {
+            ready_metrics.set_ready(true);
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile stream");
+            }
+            futures::future::ready(())
+        });
+    metrics.set_ready(false);
+    tracing::info!("imagewatch controller started");
+    controller.await;
+    shutdown.cancel();
+    match server.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(RunError::Metrics(e)),
+        Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// Waits (bounded) for the ImageWatch CRD to be served, so a fresh install does not crash-loop
+/// while the CRDs are being established.
+async fn wait_for_crd(client: &Client) -> Result<(), RunError> {
+    let api: Api<ImageWatch> = Api::all(client.clone());
+    let mut last = String::new();
+    for attempt in 0..60u32 {
+        match api.list(&kube::api::ListParams::default().limit(1)).await {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                last = e.to_string();
+                if attempt % 10 == 0 {
+                    tracing::warn!(error = %last, "waiting for the ImageWatch CRD");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+    Err(RunError::CrdMissing(last))
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Errors returned by `reconcile` are failures to talk to the Kubernetes API while recording
+/// status: retry with backoff.
+fn error_policy(
+    obj: Arc<DeserializeGuard<ImageWatch>>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ReconcileLabels {
+            outcome: error.category().to_string(),
+        })
+        .inc();
+    let name = match &obj.0 {
+        Ok(o) => format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
+        Err(e) => e.metadata.name.clone().unwrap_or_default(),
+    };
+    tracing::warn!(watch = %name, error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// The object reference used in Events.
+pub fn object_ref(obj: &ImageWatch) -> k8s_openapi::api::core::v1::ObjectReference {
+    obj.object_ref(&())
+}

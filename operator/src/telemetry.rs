@@ -1,0 +1,184 @@
+//! Logs and metrics: structured logging setup and the Prometheus registry served on `/metrics`.
+//!
+//! Metric labels are low-cardinality: an outcome or an error category, never a formatted message.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+use crate::cli::LogFormat;
+
+/// Installs the global tracing subscriber (`RUST_LOG` filters; default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let registry = tracing_subscriber::registry().with(filter);
+    let result = match format {
+        LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true))
+            .try_init(),
+        LogFormat::Text => registry.with(fmt::layer()).try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("warning: logging already initialised: {e}");
+    }
+}
+
+/// Outcome label of one reconcile.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// `ok` or an error category (`invalid_spec`, `registry`, `git`, …).
+    pub outcome: String,
+}
+
+/// Labels of a registry request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryLabels {
+    /// Registry host.
+    pub registry: String,
+    /// `ok` or an error category.
+    pub outcome: String,
+}
+
+/// Labels of a git push.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PushLabels {
+    /// `ok`, `rejected` or an error category.
+    pub outcome: String,
+}
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles by outcome.
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    /// Registry requests (tag scans and manifest HEADs) by registry and outcome.
+    pub registry_requests: Family<RegistryLabels, Counter>,
+    /// Git pushes by outcome.
+    pub git_pushes: Family<PushLabels, Counter>,
+    /// Commits created.
+    pub commits: Counter,
+    /// Seconds from a tag being seen to its commit being pushed.
+    pub tag_to_commit_seconds: Histogram,
+    /// ImageWatches currently known.
+    pub watches: Gauge,
+    ready: AtomicBool,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("imagewatch");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "ImageWatch reconciles by outcome",
+            reconciles.clone(),
+        );
+        let registry_requests = Family::<RegistryLabels, Counter>::default();
+        registry.register(
+            "registry_requests",
+            "Registry requests by registry and outcome",
+            registry_requests.clone(),
+        );
+        let git_pushes = Family::<PushLabels, Counter>::default();
+        registry.register("git_pushes", "Git pushes by outcome", git_pushes.clone());
+        let commits = Counter::default();
+        registry.register("commits", "Commits created", commits.clone());
+        let tag_to_commit_seconds =
+            Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
+        registry.register(
+            "tag_to_commit_seconds",
+            "Seconds from a new tag being seen to its commit being pushed",
+            tag_to_commit_seconds.clone(),
+        );
+        let watches = Gauge::default();
+        registry.register("watches", "ImageWatch objects known", watches.clone());
+        Self {
+            registry,
+            reconciles,
+            registry_requests,
+            git_pushes,
+            commits,
+            tag_to_commit_seconds,
+            watches,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "cannot encode metrics");
+        }
+        out
+    }
+
+    /// Marks the process ready (the controller's caches are synced).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether the process is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown` resolves.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::{Router, http::StatusCode, routing::get};
+    let m = metrics.clone();
+    let r = metrics.clone();
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = m.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let r = r.clone();
+                async move {
+                    if r.is_ready() {
+                        (StatusCode::OK, "ok")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
