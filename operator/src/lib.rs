@@ -11,3 +11,4 @@ pub mod manifests;
 pub mod policy;
 pub mod registry;
 pub mod telemetry;
+pub mod triggers;

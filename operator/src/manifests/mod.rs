@@ -24,6 +24,7 @@ pub mod edit;
 pub mod image_ref;
 pub mod locate;
 pub mod setimage;
+pub mod target;
 pub mod workload;
 mod yaml;
 
@@ -37,6 +38,7 @@ pub use edit::{ImageChange, Plan, PlannedEdit, plan_workload_edit, replace_scala
 pub use image_ref::{ImageRef, ImageRefError};
 pub use locate::{Located, ScalarStyle, Search, find_workload_image};
 pub use setimage::{SetImageOutcome, set_image};
+pub use target::{ReadScope, TargetSpec, plan_edit};
 pub use workload::{WorkloadKind, WorkloadTarget, WorkloadTargetError};
 pub use yaml::YamlError;
 
@@ -140,6 +142,9 @@ pub enum EditError {
         target: Box<WorkloadTarget>,
         sites: Vec<Site>,
     },
+    /// This kind of target cannot be edited by this version.
+    #[error("{0}")]
+    UnsupportedTarget(String),
     #[error("cannot edit the image of {target} in {site}: {reason}")]
     Unsupported {
         target: Box<WorkloadTarget>,

@@ -1,0 +1,20 @@
+//! Triggers: what makes imagewatch look at a registry repository now instead of at its next
+//! polling interval — registry webhooks and SQS messages (ECR via EventBridge).
+//!
+//! A trigger never causes a commit by itself: it only asks the repository index to rescan the
+//! named repository, and only when some watch references it. The registry's answer decides.
+
+/// A registry said something changed in a repository.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RegistryEvent {
+    /// Registry host\[:port\] as watches spell it (e.g. `123456789012.dkr.ecr.us-east-1.amazonaws.com`).
+    pub registry: String,
+    /// Repository path inside the registry (e.g. `team/my-api`).
+    pub repository: String,
+    /// Tag, when the event names one.
+    pub tag: Option<String>,
+    /// Manifest digest, when the event names one.
+    pub digest: Option<String>,
+    /// Where it came from: `distribution`, `dockerhub`, `ghcr`, `harbor`, `quay`, `generic`, `sqs`.
+    pub source: &'static str,
+}
