@@ -82,16 +82,16 @@ sed -e "s#namespace: my-api#namespace: $NS#" \
   -e "s#registry.example.com/my-api#$IMAGEWATCH_REGISTRY/$IMAGE_REPO#" \
   -e "s#https://git.example.com/org/manifests.git#$GIT_URL#" \
   -e "s#interval: 1m#interval: 10s#" samples/canary-primary/imagewatches.yaml | kubectl apply -f -
-kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatch/my-api-canary imagewatch/my-api-primary >/dev/null
+kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatches/my-api-canary imagewatches/my-api-primary >/dev/null
 kubectl -n "$NS" get imagewatches
 
 say "CI pushes my-api:canary-v1.2.4"
 "$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.4"
 t0=$SECONDS
-kubectl -n "$NS" wait --for=jsonpath='{.status.applied.tag}'=canary-v1.2.4 --timeout=90s imagewatch/my-api-canary >/dev/null ||
+kubectl -n "$NS" wait --for=jsonpath='{.status.applied.tag}'=canary-v1.2.4 --timeout=90s imagewatches/my-api-canary >/dev/null ||
   { tail -30 "$DEMO/operator.log"; die "the push did not become a commit"; }
 say "committed $((SECONDS - t0))s after the push (the sample watches poll every 10s):"
 git --git-dir "$IMAGEWATCH_GIT_REPOS/$REPO_NAME.git" log -1 --stat -p main | cat
 say "kubectl get imagewatches"
 kubectl -n "$NS" get imagewatches
-kubectl -n "$NS" get imagewatch my-api-canary -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
+kubectl -n "$NS" get imagewatches my-api-canary -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'

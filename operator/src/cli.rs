@@ -78,6 +78,9 @@ pub struct RunArgs {
     /// Retries of a rejected (non-fast-forward) push before giving up for this round.
     #[arg(long, env = "IMAGEWATCH_PUSH_ATTEMPTS", default_value_t = 5)]
     pub push_attempts: u32,
+    /// Tags kept per repository scan (the newest ones).
+    #[arg(long, env = "IMAGEWATCH_MAX_TAGS", default_value_t = 1000)]
+    pub max_tags: usize,
     /// Timeout of one registry request, e.g. 30s.
     #[arg(long, env = "IMAGEWATCH_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_duration_arg)]
     pub registry_timeout: Duration,

@@ -6,6 +6,7 @@
 
 mod duration;
 pub mod error;
+pub mod index;
 pub mod reconcile;
 pub mod secrets;
 pub mod status;
@@ -70,6 +71,8 @@ pub struct Context {
     pub registry: RegistryClient,
     /// Git writer: one bare clone per repository, one writer per (repository, branch).
     pub writer: writer::GitWriter,
+    /// Scans shared by every watch of a repository.
+    pub index: index::RepositoryIndex,
     /// Event recorder.
     pub recorder: Recorder,
     /// Metrics.
@@ -85,6 +88,7 @@ impl Context {
         registry: RegistryClient,
         writer: writer::GitWriter,
         metrics: Arc<Metrics>,
+        max_tags: usize,
     ) -> Self {
         let reporter = Reporter {
             controller: "imagewatch".into(),
@@ -92,6 +96,7 @@ impl Context {
         };
         Self {
             recorder: Recorder::new(client.clone(), reporter),
+            index: index::RepositoryIndex::new(max_tags),
             client,
             registry,
             writer,
@@ -147,6 +152,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         registry,
         writer,
         metrics.clone(),
+        args.max_tags,
     ));
 
     let api: Api<DeserializeGuard<ImageWatch>> = match &args.namespace {

@@ -26,7 +26,9 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, ReconcileError, parse_duration, secrets, status,
+    Context, ReconcileError,
+    index::{CredentialKey, ScanKey},
+    parse_duration, secrets, status,
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
@@ -155,14 +157,39 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         None => crate::git::GitAuth::Anonymous,
     };
 
-    // 3. select
+    // 3. select, from the repository's shared scan
+    let scan_key = ScanKey {
+        registry: repo.registry.clone(),
+        repository: repo.path.clone(),
+        credentials: match &credentials.secret_ref {
+            Some(secret) => CredentialKey::Secret {
+                namespace: namespace.clone(),
+                name: secret.name.clone(),
+            },
+            None => CredentialKey::Anonymous,
+        },
+        with_times: false,
+    };
+    let interval = parse_duration(spec.interval_or_default()).unwrap_or(Duration::from_secs(300));
+    let scan = ctx
+        .index
+        .tags(&scan_key, interval, || async {
+            registry_call(ctx, &repo, ctx.registry.list_tags(&repo, &creds).await)
+                .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+        })
+        .await
+        .map_err(ReconcileError::from)?;
     let (tag, digest) = match spec.pin.as_deref().filter(|p| !p.is_empty()) {
         Some(pin) => {
-            let digest = registry_call(
-                ctx,
-                &repo,
-                ctx.registry.manifest_digest(&repo, pin, &creds).await,
-            )?;
+            let digest = scan
+                .digest(pin, || async {
+                    registry_call(
+                        ctx,
+                        &repo,
+                        ctx.registry.manifest_digest(&repo, pin, &creds).await,
+                    )
+                })
+                .await?;
             match digest {
                 Some(d) => (pin.to_string(), d),
                 None => {
@@ -174,31 +201,26 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
             }
         }
         None => {
-            let listed = registry_call(ctx, &repo, ctx.registry.list_tags(&repo, &creds).await)?;
-            let infos: Vec<policy::TagInfo> = listed
-                .into_iter()
-                .map(|tag| policy::TagInfo {
-                    tag,
-                    digest: None,
-                    pushed_at: None,
-                })
-                .collect();
-            let chosen = tag_policy.select(&infos).ok_or_else(|| {
+            let chosen = tag_policy.select(&scan.tags).ok_or_else(|| {
                 ReconcileError::NoMatchingTags(format!(
                     "none of the {} tags of {} matches pattern {:?}",
-                    infos.len(),
+                    scan.listed,
                     spec.image,
                     tags.pattern.as_deref().unwrap_or("*")
                 ))
             })?;
             // Never write a tag on the list's word alone: the manifest must exist.
-            let digest = registry_call(
-                ctx,
-                &repo,
-                ctx.registry
-                    .manifest_digest(&repo, &chosen.tag, &creds)
-                    .await,
-            )?;
+            let digest = scan
+                .digest(&chosen.tag, || async {
+                    registry_call(
+                        ctx,
+                        &repo,
+                        ctx.registry
+                            .manifest_digest(&repo, &chosen.tag, &creds)
+                            .await,
+                    )
+                })
+                .await?;
             match digest {
                 Some(d) => (chosen.tag.clone(), d),
                 None => {
@@ -248,7 +270,7 @@ fn registry_call<T>(
     ctx: &Context,
     repo: &RepositoryRef,
     result: Result<T, crate::registry::RegistryError>,
-) -> Result<T, ReconcileError> {
+) -> Result<T, crate::registry::RegistryError> {
     let outcome = match &result {
         Ok(_) => "ok",
         Err(e) => e.category(),
@@ -260,7 +282,7 @@ fn registry_call<T>(
             outcome: outcome.to_string(),
         })
         .inc();
-    result.map_err(ReconcileError::from)
+    result
 }
 
 /// Step 5 (pure): the status this reconcile should leave.

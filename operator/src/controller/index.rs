@@ -1,0 +1,397 @@
+//! Repository index: one registry scan per repository per interval, however many watches use
+//! it, and immediate rescans when a trigger names the repository.
+//!
+//! Reconciles ask the index for a repository's tags with the interval they tolerate. A scan
+//! younger than that (and not invalidated by an event since) is shared; otherwise the first
+//! caller scans while the others wait for its result (single flight). Digests resolved for a
+//! scan are cached with it, so a HEAD is made once per tag per scan, not once per watch.
+//!
+//! Scans are keyed by repository *and* credentials: watches in different namespaces never share
+//! a scan made with another namespace's Secret.
+
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tokio::sync::Mutex;
+
+use crate::{policy::TagInfo, registry::RegistryError};
+
+/// Which credentials a scan used.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CredentialKey {
+    /// No credentials.
+    Anonymous,
+    /// A dockerconfigjson Secret.
+    Secret {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The operator's own cloud identity (ECR).
+    Ambient,
+}
+
+/// One scanned repository with one set of credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ScanKey {
+    /// Registry host\[:port\].
+    pub registry: String,
+    /// Repository path.
+    pub repository: String,
+    /// Credentials used.
+    pub credentials: CredentialKey,
+    /// Whether push times were asked for (Newest order on registries that do not list them).
+    pub with_times: bool,
+}
+
+/// The result of one scan.
+#[derive(Debug)]
+pub struct Scan {
+    /// Tags, at most the index's bound (the newest ones when push times are known).
+    pub tags: Vec<TagInfo>,
+    /// Tags the registry listed before bounding.
+    pub listed: usize,
+    /// When the scan finished.
+    pub at: Instant,
+    digests: Mutex<HashMap<String, Option<String>>>,
+}
+
+impl Scan {
+    /// The digest of `tag` for this scan: the one the listing carried, a cached lookup, or
+    /// `fetch` (run once per tag per scan).
+    pub async fn digest<F, Fut>(&self, tag: &str, fetch: F) -> Result<Option<String>, RegistryError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Option<String>, RegistryError>>,
+    {
+        if let Some(d) = self
+            .tags
+            .iter()
+            .find(|t| t.tag == tag)
+            .and_then(|t| t.digest.clone())
+        {
+            return Ok(Some(d));
+        }
+        let mut digests = self.digests.lock().await;
+        if let Some(known) = digests.get(tag) {
+            return Ok(known.clone());
+        }
+        let fetched = fetch().await?;
+        digests.insert(tag.to_string(), fetched.clone());
+        Ok(fetched)
+    }
+}
+
+#[derive(Default)]
+struct Entry {
+    /// Held while scanning, so concurrent callers wait for one scan.
+    current: Mutex<Option<Arc<Scan>>>,
+    /// Set when an event names the repository; the next caller rescans.
+    stale: std::sync::atomic::AtomicBool,
+}
+
+/// Counters for metrics and tests.
+#[derive(Debug, Default)]
+pub struct IndexStats {
+    /// Scans made.
+    pub scans: std::sync::atomic::AtomicU64,
+    /// Requests answered from a shared scan.
+    pub shared: std::sync::atomic::AtomicU64,
+}
+
+/// The index (shared by every reconcile).
+pub struct RepositoryIndex {
+    entries: std::sync::Mutex<HashMap<ScanKey, Arc<Entry>>>,
+    max_tags: usize,
+    /// Counters.
+    pub stats: IndexStats,
+}
+
+impl RepositoryIndex {
+    /// An index keeping at most `max_tags` tags per repository.
+    pub fn new(max_tags: usize) -> Self {
+        Self {
+            entries: std::sync::Mutex::default(),
+            max_tags: max_tags.max(1),
+            stats: IndexStats::default(),
+        }
+    }
+
+    fn entry(&self, key: &ScanKey) -> Arc<Entry> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.entry(key.clone()).or_default().clone()
+    }
+
+    /// The tags of `key`'s repository, from a scan at most `max_age` old (and newer than the
+    /// last event naming it), running `scan` when none is.
+    pub async fn tags<F, Fut>(
+        &self,
+        key: &ScanKey,
+        max_age: Duration,
+        scan: F,
+    ) -> Result<Arc<Scan>, RegistryError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<TagInfo>, RegistryError>>,
+    {
+        use std::sync::atomic::Ordering;
+        let entry = self.entry(key);
+        let mut current = entry.current.lock().await;
+        let stale = entry.stale.load(Ordering::Acquire);
+        if let Some(existing) = current.as_ref()
+            && !stale
+            && existing.at.elapsed() < max_age
+        {
+            self.stats.shared.fetch_add(1, Ordering::Relaxed);
+            return Ok(existing.clone());
+        }
+        // Clear before scanning: an event arriving during the scan marks it stale again.
+        entry.stale.store(false, Ordering::Release);
+        let listed = match scan().await {
+            Ok(tags) => tags,
+            Err(e) => {
+                if stale {
+                    entry.stale.store(true, Ordering::Release);
+                }
+                return Err(e);
+            }
+        };
+        self.stats.scans.fetch_add(1, Ordering::Relaxed);
+        let count = listed.len();
+        let tags = bound_tags(listed, self.max_tags);
+        let result = Arc::new(Scan {
+            tags,
+            listed: count,
+            at: Instant::now(),
+            digests: Mutex::default(),
+        });
+        *current = Some(result.clone());
+        Ok(result)
+    }
+
+    /// Marks every scan of `registry`/`repository` stale. Returns whether any was known.
+    pub fn invalidate(&self, registry: &str, repository: &str) -> bool {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = false;
+        for (key, entry) in entries.iter() {
+            if key.registry == registry && key.repository == repository {
+                entry
+                    .stale
+                    .store(true, std::sync::atomic::Ordering::Release);
+                known = true;
+            }
+        }
+        known
+    }
+
+    /// Forgets scans no watch uses any more (keys not in `live`).
+    pub fn retain(&self, live: &std::collections::HashSet<ScanKey>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|k, _| live.contains(k));
+    }
+
+    /// Number of repositories (with distinct credentials) tracked.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Keeps at most `max` tags: the most recently pushed when push times are known, otherwise
+/// the last ones listed (registries list in lexical or push order; either way the tail holds
+/// the newest of a release train). Pure.
+pub fn bound_tags(mut tags: Vec<TagInfo>, max: usize) -> Vec<TagInfo> {
+    if tags.len() <= max {
+        return tags;
+    }
+    if tags.iter().all(|t| t.pushed_at.is_some()) {
+        tags.sort_by(|a, b| {
+            b.pushed_at
+                .cmp(&a.pushed_at)
+                .then_with(|| b.tag.cmp(&a.tag))
+        });
+        tags.truncate(max);
+        tags
+    } else {
+        tags.split_off(tags.len() - max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn key(repo: &str) -> ScanKey {
+        ScanKey {
+            registry: "r.example".into(),
+            repository: repo.into(),
+            credentials: CredentialKey::Anonymous,
+            with_times: false,
+        }
+    }
+
+    fn tags(n: usize) -> Vec<TagInfo> {
+        (0..n).map(|i| TagInfo::new(format!("v{i}"))).collect()
+    }
+
+    #[tokio::test]
+    async fn concurrent_callers_share_one_scan() {
+        let index = Arc::new(RepositoryIndex::new(1000));
+        let calls = Arc::new(AtomicU32::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..200 {
+            let index = index.clone();
+            let calls = calls.clone();
+            handles.push(tokio::spawn(async move {
+                index
+                    .tags(&key("app"), Duration::from_secs(60), || async move {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        Ok(tags(3))
+                    })
+                    .await
+                    .map(|s| s.tags.len())
+            }));
+        }
+        for h in handles {
+            assert_eq!(h.await.unwrap().unwrap(), 3);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(index.stats.shared.load(Ordering::SeqCst), 199);
+    }
+
+    #[tokio::test]
+    async fn an_event_forces_one_rescan_of_that_repository_only() {
+        let index = RepositoryIndex::new(1000);
+        let calls = AtomicU32::new(0);
+        let scan = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(tags(1))
+        };
+        index
+            .tags(&key("a"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        index
+            .tags(&key("b"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(index.invalidate("r.example", "a"));
+        assert!(!index.invalidate("r.example", "unknown"));
+        index
+            .tags(&key("a"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        index
+            .tags(&key("a"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        index
+            .tags(&key("b"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "a rescanned once, b not at all"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_old_scan_is_refreshed() {
+        let index = RepositoryIndex::new(1000);
+        let calls = AtomicU32::new(0);
+        let scan = || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Ok(tags(1))
+        };
+        index
+            .tags(&key("a"), Duration::from_secs(60), scan)
+            .await
+            .unwrap();
+        index.tags(&key("a"), Duration::ZERO, scan).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_scan_is_not_cached_and_keeps_the_event() {
+        let index = RepositoryIndex::new(1000);
+        index
+            .tags(&key("a"), Duration::from_secs(60), || async { Ok(tags(1)) })
+            .await
+            .unwrap();
+        index.invalidate("r.example", "a");
+        let err = index
+            .tags(&key("a"), Duration::from_secs(60), || async {
+                Err(RegistryError::Transport("down".into()))
+            })
+            .await;
+        assert!(err.is_err());
+        let calls = AtomicU32::new(0);
+        index
+            .tags(&key("a"), Duration::from_secs(60), || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(tags(2))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "the event still asks for a rescan"
+        );
+    }
+
+    #[tokio::test]
+    async fn digests_are_fetched_once_per_scan() {
+        let index = RepositoryIndex::new(1000);
+        let scan = index
+            .tags(&key("a"), Duration::from_secs(60), || async { Ok(tags(2)) })
+            .await
+            .unwrap();
+        let calls = AtomicU32::new(0);
+        for _ in 0..5 {
+            let d = scan
+                .digest("v1", || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Ok(Some("sha256:1".to_string()))
+                })
+                .await
+                .unwrap();
+            assert_eq!(d.as_deref(), Some("sha256:1"));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_tag_cache_is_bounded_to_the_newest() {
+        let many: Vec<TagInfo> = (0..10_000)
+            .map(|i| TagInfo {
+                tag: format!("b{i}"),
+                digest: None,
+                pushed_at: Some(jiff::Timestamp::from_second(1_700_000_000 + i).unwrap()),
+            })
+            .collect();
+        let kept = bound_tags(many, 1000);
+        assert_eq!(kept.len(), 1000);
+        assert_eq!(kept[0].tag, "b9999");
+        assert!(
+            kept.iter()
+                .all(|t| t.tag.trim_start_matches('b').parse::<i64>().unwrap() >= 9000)
+        );
+        let listed = bound_tags(tags(10_000), 1000);
+        assert_eq!(listed.len(), 1000);
+        assert_eq!(listed.last().unwrap().tag, "v9999");
+    }
+}
