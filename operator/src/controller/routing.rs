@@ -1,0 +1,151 @@
+//! Event routing: turns registry events (webhooks, SQS) into rescans and reconciles of exactly
+//! the watches that reference the named repository.
+//!
+//! An event is only a hint. It marks the repository's scan stale in the index and wakes the
+//! watches that use it; their reconcile asks the registry itself, so a forged or stale payload
+//! can cause at most one rescan of a repository some watch already references — never a commit
+//! and never a request to a registry no watch names.
+
+use std::{collections::HashMap, sync::Arc, time::Instant};
+
+use imagewatch_crd::ImageWatch;
+use kube::{
+    core::DeserializeGuard,
+    runtime::reflector::{ObjectRef, Store},
+};
+use tokio::sync::mpsc;
+
+use super::Context;
+use crate::{registry::RepositoryRef, telemetry::EventLabels, triggers::RegistryEvent};
+
+/// The watches of `store` whose image is `event`'s repository. Pure over the store's snapshot.
+pub fn watches_for(
+    watches: &[Arc<DeserializeGuard<ImageWatch>>],
+    event: &RegistryEvent,
+) -> Vec<ObjectRef<DeserializeGuard<ImageWatch>>> {
+    let registry = event.registry.to_ascii_lowercase();
+    watches
+        .iter()
+        .filter(|guard| {
+            guard.0.as_ref().is_ok_and(|w| {
+                RepositoryRef::parse(&w.spec.image)
+                    .is_ok_and(|r| r.registry == registry && r.path == event.repository)
+            })
+        })
+        .map(|guard| ObjectRef::from_obj(guard.as_ref()))
+        .collect()
+}
+
+/// When each repository last had an event, for the event → commit latency metric.
+#[derive(Default)]
+pub struct PendingEvents {
+    since: std::sync::Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl PendingEvents {
+    /// Remembers the first unhandled event for a repository.
+    pub fn mark(&self, registry: &str, repository: &str) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since
+            .entry((registry.to_string(), repository.to_string()))
+            .or_insert_with(Instant::now);
+    }
+
+    /// Takes the time of the repository's pending event, if any.
+    pub fn take(&self, registry: &str, repository: &str) -> Option<Instant> {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since.remove(&(registry.to_string(), repository.to_string()))
+    }
+}
+
+/// Routes events until the channel closes.
+pub async fn route(
+    mut events: mpsc::Receiver<RegistryEvent>,
+    store: Store<DeserializeGuard<ImageWatch>>,
+    ctx: Arc<Context>,
+    reconcile: mpsc::Sender<ObjectRef<DeserializeGuard<ImageWatch>>>,
+) {
+    while let Some(event) = events.recv().await {
+        let targets = watches_for(&store.state(), &event);
+        let outcome = if targets.is_empty() {
+            "ignored"
+        } else {
+            "matched"
+        };
+        ctx.metrics
+            .events
+            .get_or_create(&EventLabels {
+                source: event.source.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        if targets.is_empty() {
+            tracing::debug!(registry = %event.registry, repository = %event.repository, "event for a repository no watch references");
+            continue;
+        }
+        tracing::info!(registry = %event.registry, repository = %event.repository, tag = ?event.tag, source = event.source, watches = targets.len(), "registry event");
+        ctx.index
+            .invalidate(&event.registry.to_ascii_lowercase(), &event.repository);
+        ctx.pending
+            .mark(&event.registry.to_ascii_lowercase(), &event.repository);
+        for target in targets {
+            if reconcile.send(target).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(name: &str, image: &str) -> Arc<DeserializeGuard<ImageWatch>> {
+        let obj: ImageWatch = serde_json::from_value(serde_json::json!({
+            "apiVersion": "imagewatch.dev/v1alpha1", "kind": "ImageWatch",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"image": image, "git": {"url": "https://g/x.git"},
+                     "target": {"workload": {"path": "a", "kind": "Deployment", "name": "x", "container": "x"}}}
+        }))
+        .unwrap();
+        Arc::new(DeserializeGuard(Ok(obj)))
+    }
+
+    fn event(registry: &str, repository: &str) -> RegistryEvent {
+        RegistryEvent {
+            registry: registry.into(),
+            repository: repository.into(),
+            tag: Some("v1".into()),
+            digest: None,
+            source: "distribution",
+        }
+    }
+
+    #[test]
+    fn only_watches_of_the_named_repository_are_woken() {
+        let all = vec![
+            watch("a", "127.0.0.1:5000/team/api"),
+            watch("b", "127.0.0.1:5000/team/api"),
+            watch("c", "127.0.0.1:5000/team/worker"),
+            watch("d", "other.example/team/api"),
+        ];
+        let hit = watches_for(&all, &event("127.0.0.1:5000", "team/api"));
+        let names: Vec<_> = hit.iter().map(|r| r.name.clone()).collect();
+        assert_eq!(names, vec!["a", "b"]);
+        assert!(watches_for(&all, &event("127.0.0.1:5000", "nobody")).is_empty());
+        // Registry hosts compare case-insensitively.
+        assert_eq!(
+            watches_for(&all, &event("OTHER.example", "team/api")).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn docker_hub_short_names_match_events() {
+        let all = vec![watch("n", "nginx")];
+        assert_eq!(
+            watches_for(&all, &event("registry-1.docker.io", "library/nginx")).len(),
+            1
+        );
+    }
+}
