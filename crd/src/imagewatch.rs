@@ -97,8 +97,13 @@ pub struct ImageWatchSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<RegistryCredentials>,
 
-    /// Git repository and branch holding the manifests.
-    pub git: GitSource,
+    /// Git repository and branch holding the manifests. Omitted: taken from the Argo CD
+    /// Application that manages this object (its `spec.source` repoURL, targetRevision and
+    /// path; target paths are then relative to that path), with credentials from a Secret in
+    /// this namespace labelled `imagewatch.dev/git-credentials: "true"` whose annotation
+    /// `imagewatch.dev/url-prefix` prefixes the URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
 
     /// The one place in Git that holds this image's tag.
     pub target: Target,

@@ -9,6 +9,7 @@
 
 pub mod ground;
 pub mod operator;
+pub mod setup;
 pub mod wait;
 
 pub use ground::{GitServer, Ground, Registry, TestNamespace};

@@ -196,7 +196,12 @@ async fn canary_and_primary_follow_their_own_tags() -> anyhow::Result<()> {
         ground,
         &ns.name,
         &kubeconfig,
-        &["--insecure-registry", &registry.host],
+        &[
+            "--insecure-registry",
+            &registry.host,
+            "--namespace",
+            &ns.name,
+        ],
     )?;
     let watches = sample_watches(&ns.name, &registry.host, &image_repo, &git_url)?;
     let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&watches))?;

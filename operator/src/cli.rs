@@ -2,9 +2,9 @@
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::manifests::{self, ImageChange, WorkloadTarget};
+use crate::manifests::{self, ImageChange, TargetSpec, WorkloadTarget};
 
 /// Moves new container image tags into GitOps manifest repositories.
 ///
@@ -23,7 +23,12 @@ pub enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions (ImageWatch, PromotionPolicy) as YAML.
     Crds(CrdsArgs),
-    /// Set a workload container's image in YAML files on disk (offline; for CI and humans).
+    /// Set an image in files on disk (offline; for CI and humans).
+    ///
+    /// Targets: a workload container (--path DIR --workload KIND/NAME --container C), a
+    /// kustomization images entry (--kustomize DIR --name IMAGE), a Helm values key
+    /// (--helm-values FILE --key image.tag), an Argo CD source file (--argocd-source DIR
+    /// --application APP --name IMAGE) or setter markers (--setter DIR --marker NS:NAME).
     ///
     /// Example: imagewatch set-image --path apps/my-api/overlays/stg --workload Deployment/my-api
     /// --container my-api --tag v1.2.4
@@ -78,6 +83,9 @@ pub struct RunArgs {
     /// Retries of a rejected (non-fast-forward) push before giving up for this round.
     #[arg(long, env = "IMAGEWATCH_PUSH_ATTEMPTS", default_value_t = 5)]
     pub push_attempts: u32,
+    /// Namespace of Argo CD's Applications (for watches without spec.git).
+    #[arg(long, env = "IMAGEWATCH_ARGOCD_NAMESPACE", default_value = "argocd")]
+    pub argocd_namespace: String,
     /// Tags kept per repository scan (the newest ones).
     #[arg(long, env = "IMAGEWATCH_MAX_TAGS", default_value_t = 1000)]
     pub max_tags: usize,
@@ -93,20 +101,54 @@ pub struct CrdsArgs {
     pub out_dir: Option<PathBuf>,
 }
 
+/// Exactly one target form is given: `--path` (workload), `--kustomize`, `--helm-values`,
+/// `--argocd-source` or `--setter`, each with its own companion options.
 #[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .multiple(false)
+        .args(["path", "kustomize", "helm_values", "argocd_source", "setter"])
+))]
 pub struct SetImageArgs {
-    /// Directory searched recursively for YAML files.
-    #[arg(long)]
-    pub path: PathBuf,
-    /// The workload, as KIND/NAME (e.g. Deployment/my-api).
-    #[arg(long)]
-    pub workload: String,
-    /// Container (or initContainer) name.
-    #[arg(long)]
-    pub container: String,
-    /// Workload namespace, when two documents share kind and name.
-    #[arg(long)]
+    /// Workload target: directory searched recursively for YAML files (or one file).
+    #[arg(long, requires_all = ["workload", "container"])]
+    pub path: Option<PathBuf>,
+    /// The workload, as KIND/NAME (e.g. Deployment/my-api). With --path.
+    #[arg(long, requires = "path")]
+    pub workload: Option<String>,
+    /// Container (or initContainer) name. With --path.
+    #[arg(long, requires = "path")]
+    pub container: Option<String>,
+    /// Workload namespace, when two documents share kind and name. With --path.
+    #[arg(long, requires = "path")]
     pub namespace: Option<String>,
+    /// Kustomize target: directory of the kustomization whose `images:` entry --name is set.
+    #[arg(long, requires = "name")]
+    pub kustomize: Option<PathBuf>,
+    /// Helm target: values file whose --key is set.
+    #[arg(long, requires = "key")]
+    pub helm_values: Option<PathBuf>,
+    /// Dotted key path in the values file, e.g. image.tag or sidecars[0].image.tag.
+    #[arg(long, requires = "helm_values")]
+    pub key: Option<String>,
+    /// Argo CD target: the Application's source directory, holding
+    /// .argocd-source-<APP>.yaml (created when missing).
+    #[arg(long, requires_all = ["application", "name"])]
+    pub argocd_source: Option<PathBuf>,
+    /// Argo CD Application name. With --argocd-source.
+    #[arg(long, requires = "argocd_source")]
+    pub application: Option<String>,
+    /// Image name as the kustomization knows it. With --kustomize or --argocd-source.
+    #[arg(long, conflicts_with_all = ["path", "helm_values", "setter"])]
+    pub name: Option<String>,
+    /// Setter target: directory searched recursively for values marked
+    /// `# {"$imagewatch": "<namespace>:<name>"}` (or `…:tag`, `…:name`).
+    #[arg(long, requires = "marker")]
+    pub setter: Option<PathBuf>,
+    /// The marker, as NAMESPACE:NAME. With --setter.
+    #[arg(long, requires = "setter")]
+    pub marker: Option<String>,
     /// New tag: replaces the tag and drops a digest that belonged to the old tag.
     #[arg(long, conflicts_with = "image", required_unless_present = "image")]
     pub tag: Option<String>,
@@ -153,21 +195,10 @@ pub fn crds(args: &CrdsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `imagewatch set-image`.
+/// `imagewatch set-image`: exit 0 when the image was set or already current, 1 when the
+/// target is missing or ambiguous or the files cannot be edited (nothing is written then),
+/// 2 for malformed arguments.
 pub fn set_image(args: &SetImageArgs) -> ExitCode {
-    let Some((kind, name)) = args.workload.split_once('/') else {
-        eprintln!(
-            "error: --workload must be KIND/NAME, e.g. Deployment/my-api (got {:?})",
-            args.workload
-        );
-        return ExitCode::from(2);
-    };
-    let target = WorkloadTarget {
-        kind: kind.to_string(),
-        name: name.to_string(),
-        container: args.container.clone(),
-        namespace: args.namespace.clone(),
-    };
     let change = match (&args.tag, &args.image) {
         (Some(tag), _) => ImageChange::Tag(tag.clone()),
         (None, Some(image)) => ImageChange::Image(image.clone()),
@@ -176,12 +207,22 @@ pub fn set_image(args: &SetImageArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match manifests::set_image(&args.path, &target, &change) {
-        Ok(outcome) => {
-            for warning in &outcome.warnings {
+    let result = match set_image_target(args) {
+        Ok(SetImageTarget::Workload(path, target)) => manifests::set_image(&path, &target, &change)
+            .map(|outcome| (outcome.warnings.clone(), outcome.to_string())),
+        Ok(SetImageTarget::Other(root, target)) => manifests::set_target(&root, &target, &change)
+            .map(|outcome| (outcome.warnings.clone(), outcome.to_string())),
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok((warnings, report)) => {
+            for warning in &warnings {
                 eprintln!("warning: {warning}");
             }
-            println!("{outcome}");
+            println!("{report}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -189,4 +230,85 @@ pub fn set_image(args: &SetImageArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The target of `set-image`, with the directory its paths are relative to.
+enum SetImageTarget {
+    Workload(PathBuf, WorkloadTarget),
+    Other(PathBuf, TargetSpec),
+}
+
+fn set_image_target(args: &SetImageArgs) -> Result<SetImageTarget, String> {
+    let required = |value: &Option<String>, flag: &str| {
+        value
+            .clone()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("{flag} must not be empty"))
+    };
+    if let Some(path) = &args.path {
+        let workload = required(&args.workload, "--workload")?;
+        let Some((kind, name)) = workload.split_once('/') else {
+            return Err(format!(
+                "--workload must be KIND/NAME, e.g. Deployment/my-api (got {workload:?})"
+            ));
+        };
+        let target = WorkloadTarget {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            container: required(&args.container, "--container")?,
+            namespace: args.namespace.clone(),
+        };
+        return Ok(SetImageTarget::Workload(path.clone(), target));
+    }
+    if let Some(dir) = &args.kustomize {
+        let image = required(&args.name, "--name")?;
+        return Ok(SetImageTarget::Other(
+            dir.clone(),
+            TargetSpec::Kustomize {
+                path: String::new(),
+                image,
+            },
+        ));
+    }
+    if let Some(file) = &args.helm_values {
+        let name = file
+            .file_name()
+            .ok_or_else(|| format!("--helm-values must name a file (got {})", file.display()))?
+            .to_string_lossy()
+            .into_owned();
+        let root = file.parent().map(PathBuf::from).unwrap_or_default();
+        return Ok(SetImageTarget::Other(
+            root,
+            TargetSpec::Helm {
+                file: name,
+                key: required(&args.key, "--key")?,
+            },
+        ));
+    }
+    if let Some(dir) = &args.argocd_source {
+        let application = required(&args.application, "--application")?;
+        if application.contains(['/', '\\']) {
+            return Err(format!(
+                "--application must be an Application name (got {application:?})"
+            ));
+        }
+        return Ok(SetImageTarget::Other(
+            dir.clone(),
+            TargetSpec::ArgocdSource {
+                path: String::new(),
+                application,
+                image: required(&args.name, "--name")?,
+            },
+        ));
+    }
+    if let Some(dir) = &args.setter {
+        return Ok(SetImageTarget::Other(
+            dir.clone(),
+            TargetSpec::Setter {
+                path: String::new(),
+                marker: required(&args.marker, "--marker")?,
+            },
+        ));
+    }
+    Err("give one of --path, --kustomize, --helm-values, --argocd-source or --setter".into())
 }

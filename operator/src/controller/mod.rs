@@ -4,6 +4,7 @@
 //! Objects that do not deserialize are reported on their status (`InvalidSpec`) instead of
 //! stopping the stream (`DeserializeGuard`).
 
+pub mod argocd;
 mod duration;
 pub mod error;
 pub mod index;
@@ -74,6 +75,8 @@ pub struct Context {
     pub writer: writer::GitWriter,
     /// Scans shared by every watch of a repository.
     pub index: index::RepositoryIndex,
+    /// Namespace of Argo CD's Applications.
+    pub argocd_namespace: String,
     /// Registry events not yet turned into a commit (latency metric).
     pub pending: routing::PendingEvents,
     /// Event recorder.
@@ -101,6 +104,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             index: index::RepositoryIndex::new(max_tags),
             pending: routing::PendingEvents::default(),
+            argocd_namespace: "argocd".to_string(),
             client,
             registry,
             writer,
@@ -151,13 +155,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         args.push_attempts,
         metrics.clone(),
     );
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         client.clone(),
         registry,
         writer,
         metrics.clone(),
         args.max_tags,
-    ));
+    );
+    ctx.argocd_namespace = args.argocd_namespace.clone();
+    let ctx = Arc::new(ctx);
 
     let api: Api<DeserializeGuard<ImageWatch>> = match &args.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),

@@ -152,10 +152,7 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         }
         None => Credentials::Anonymous,
     };
-    let git_auth = match &spec.git.secret_ref {
-        Some(secret) => secrets::git_credentials(&ctx.client, &namespace, &secret.name).await?,
-        None => crate::git::GitAuth::Anonymous,
-    };
+    let git = resolve_git(watch, ctx).await?;
 
     // 3. select, from the repository's shared scan
     let scan_key = ScanKey {
@@ -202,12 +199,19 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         }
         None => {
             let chosen = tag_policy.select(&scan.tags).ok_or_else(|| {
-                ReconcileError::NoMatchingTags(format!(
-                    "none of the {} tags of {} matches pattern {:?}",
-                    scan.listed,
-                    spec.image,
-                    tags.pattern.as_deref().unwrap_or("*")
-                ))
+                let pattern = tags.pattern.as_deref().unwrap_or("*");
+                let matching = scan.tags.iter().filter(|t| tag_policy.matches(&t.tag)).count();
+                ReconcileError::NoMatchingTags(if matching == 0 {
+                    format!(
+                        "none of the {} tags of {} matches pattern {pattern:?}",
+                        scan.listed, spec.image
+                    )
+                } else {
+                    format!(
+                        "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
+                        spec.image, order
+                    )
+                })
             })?;
             // Never write a tag on the list's word alone: the manifest must exist.
             let digest = scan
@@ -244,10 +248,10 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", spec.image, tag, digest),
     };
     let request = WriteRequest {
-        url: spec.git.url.clone(),
-        branch: spec.git.branch().to_string(),
-        auth: git_auth,
-        path: workload.path.trim_matches('/').to_string(),
+        url: git.url,
+        branch: git.branch,
+        auth: git.auth,
+        path: join_path(&git.base_path, &workload.path),
         target: WorkloadTarget {
             kind: workload.kind.clone(),
             name: workload.name.clone(),
@@ -271,6 +275,61 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         write: Some(write),
         suspended: spec.is_suspended(),
     })
+}
+
+/// Where to write: the repository, branch, credentials and the base path target paths are
+/// relative to.
+struct GitLocation {
+    url: String,
+    branch: String,
+    auth: crate::git::GitAuth,
+    base_path: String,
+}
+
+/// `spec.git`, or the Argo CD Application managing the watch.
+async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    if let Some(git) = &watch.spec.git {
+        let auth = match &git.secret_ref {
+            Some(secret) => secrets::git_credentials(&ctx.client, &namespace, &secret.name).await?,
+            None => crate::git::GitAuth::Anonymous,
+        };
+        return Ok(GitLocation {
+            url: git.url.clone(),
+            branch: git.branch().to_string(),
+            auth,
+            base_path: String::new(),
+        });
+    }
+    let (source, secret) = super::argocd::resolve(
+        &ctx.client,
+        &ctx.argocd_namespace,
+        &namespace,
+        watch.annotations(),
+        watch.labels(),
+    )
+    .await?;
+    let auth = match secret {
+        Some(name) => secrets::git_credentials(&ctx.client, &namespace, &name).await?,
+        None => crate::git::GitAuth::Anonymous,
+    };
+    Ok(GitLocation {
+        url: source.repo_url,
+        branch: source.branch,
+        auth,
+        base_path: source.path,
+    })
+}
+
+/// `base/path`, without leading or trailing slashes.
+fn join_path(base: &str, path: &str) -> String {
+    let base = base.trim_matches('/');
+    let path = path.trim_matches('/');
+    match (base.is_empty(), path.is_empty()) {
+        (true, _) => path.to_string(),
+        (false, true) => base.to_string(),
+        (false, false) => format!("{base}/{path}"),
+    }
 }
 
 fn registry_call<T>(

@@ -141,6 +141,43 @@ impl Glob {
         self.tokens[p..].iter().all(|token| *token == Token::AnyRun)
     }
 
+    /// The part of `text` between the glob's literal prefix and literal suffix: for
+    /// `canary-*` and `canary-v1.2.4`, `v1.2.4`. `None` when the glob does not match.
+    /// The constant parts carry no ordering information, so this is what orders compare.
+    pub fn variable_part<'t>(&self, text: &'t str) -> Option<&'t str> {
+        if !self.matches(text) {
+            return None;
+        }
+        let prefix: String = self
+            .tokens
+            .iter()
+            .map_while(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect();
+        if prefix.chars().count() == self.tokens.len() {
+            // All literal: nothing varies; order on the whole tag.
+            return Some(text);
+        }
+        let suffix: String = {
+            let mut rev: Vec<char> = self
+                .tokens
+                .iter()
+                .rev()
+                .map_while(|t| match t {
+                    Token::Literal(c) => Some(*c),
+                    _ => None,
+                })
+                .collect();
+            rev.reverse();
+            rev.into_iter().collect()
+        };
+        let rest = text.strip_prefix(prefix.as_str())?;
+        let rest = rest.strip_suffix(suffix.as_str())?;
+        Some(rest)
+    }
+
     /// Whether the glob is nothing but stars and so matches every string; callers can skip it.
     pub fn matches_everything(&self) -> bool {
         self.tokens.iter().all(|token| *token == Token::AnyRun) && !self.tokens.is_empty()
@@ -205,6 +242,22 @@ mod tests {
         assert!(g.matches("canary-v1.2.3"));
         assert!(!g.matches("primary-v1.2.3"));
         assert!(!g.matches("xcanary-v1"));
+    }
+
+    #[test]
+    fn variable_part_strips_literal_prefix_and_suffix() {
+        assert_eq!(
+            glob("canary-*").variable_part("canary-v1.2.4"),
+            Some("v1.2.4")
+        );
+        assert_eq!(
+            glob("build-*-amd64").variable_part("build-17-amd64"),
+            Some("17")
+        );
+        assert_eq!(glob("*").variable_part("v1"), Some("v1"));
+        assert_eq!(glob("latest").variable_part("latest"), Some("latest"));
+        assert_eq!(glob("canary-*").variable_part("primary-v1"), None);
+        assert_eq!(glob("v?.*").variable_part("v1.2"), Some("1.2"));
     }
 
     #[test]

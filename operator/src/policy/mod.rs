@@ -10,7 +10,7 @@
 //! | pattern                         | candidates                                              |
 //! |---------------------------------|---------------------------------------------------------|
 //! | `""`, `*`                       | every tag                                               |
-//! | `canary-*`, `glob:canary-*`     | tags the glob matches as a whole (`*`, `?`, `[a-z]`, `[!x]`) |
+//! | `canary-*`, `glob:canary-*`     | tags the glob matches as a whole (`*`, `?`, `[a-z]`, `[!x]`); orders compare what the wildcards matched (the glob's literal prefix and suffix are dropped), so `canary-*` orders `canary-v1.2.4` as version `v1.2.4` |
 //! | `regex:^canary-v(?P<version>.+)$` | tags the regex matches; **not** implicitly anchored     |
 //! | `semver:>=1.2, <2`, `semver:>=1.2 <2` | tags that parse as versions inside the range      |
 //!
@@ -287,6 +287,9 @@ impl TagPolicy {
             (Pattern::Regex(regex), Some(template)) => regex
                 .captures(tag)
                 .map(|captures| Cow::Owned(template.expand(&captures))),
+            // A glob's literal prefix and suffix are the same for every candidate: order on
+            // what the wildcards matched, so `canary-*` orders `canary-v1.2.4` as `v1.2.4`.
+            (Pattern::Glob(glob), _) => glob.variable_part(tag).map(Cow::Borrowed),
             (pattern, _) => pattern.matches(tag).then_some(Cow::Borrowed(tag)),
         }
     }

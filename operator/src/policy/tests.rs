@@ -70,16 +70,16 @@ fn canary_and_primary_follow_different_tags_of_one_repository() {
 }
 
 #[test]
-fn globs_select_the_track_but_semver_needs_a_versioned_value() {
+fn globs_select_the_track_and_order_on_the_wildcard_part() {
     let seed = tags(&["canary-v1.2.3", "canary-v1.10.0", "primary-v1.2.3"]);
-    // The glob picks the track; without extract the whole tag is ordered, and "canary-v1.10.0"
-    // is not a version, so semver order has nothing to choose from.
+    // The glob picks the track; its literal prefix is dropped, so "canary-v1.10.0" is ordered
+    // as version v1.10.0 and wins over v1.2.3.
     assert_eq!(
         pick(&policy("canary-*", &[], Order::Semver, None), &seed),
-        None
+        Some("canary-v1.10.0")
     );
-    // Alphabetical order works on whole tags (and shows why semver order is usually wanted:
-    // "canary-v1.2.3" > "canary-v1.10.0" byte-wise).
+    // Alphabetical order compares the wildcard part byte-wise ("v1.2.3" > "v1.10.0"), which
+    // shows why semver order is usually wanted.
     assert_eq!(
         pick(&policy("canary-*", &[], Order::Alphabetical, None), &seed),
         Some("canary-v1.2.3")
@@ -90,6 +90,12 @@ fn globs_select_the_track_but_semver_needs_a_versioned_value() {
             &seed
         ),
         Some("primary-v1.2.3")
+    );
+    // A tag whose wildcard part is not a version is skipped by semver order.
+    let odd = tags(&["canary-latest"]);
+    assert_eq!(
+        pick(&policy("canary-*", &[], Order::Semver, None), &odd),
+        None
     );
 }
 
@@ -471,4 +477,31 @@ fn the_choice_does_not_depend_on_input_order() {
         .flatten()
         .unwrap();
     assert_eq!(winner.digest.as_deref(), Some("sha256:bb"));
+}
+
+#[test]
+fn a_glob_orders_on_what_its_wildcards_matched() {
+    let tags: Vec<TagInfo> = [
+        "canary-v1.2.3",
+        "canary-v1.2.10",
+        "canary-v1.2.4",
+        "primary-v9.9.9",
+    ]
+    .into_iter()
+    .map(TagInfo::new)
+    .collect();
+    let policy = TagPolicy::new("canary-*", &[], Order::Semver, None).unwrap();
+    assert_eq!(
+        policy.select(&tags).map(|t| t.tag.as_str()),
+        Some("canary-v1.2.10")
+    );
+    let builds: Vec<TagInfo> = ["build-9", "build-10", "build-x"]
+        .into_iter()
+        .map(TagInfo::new)
+        .collect();
+    let policy = TagPolicy::new("build-*", &[], Order::Numerical, None).unwrap();
+    assert_eq!(
+        policy.select(&builds).map(|t| t.tag.as_str()),
+        Some("build-10")
+    );
 }

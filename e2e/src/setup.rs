@@ -1,0 +1,195 @@
+//! Shared setup of end-to-end scenarios: an operator running under the chart's RBAC in a fresh
+//! namespace, with Secrets for the ground's registry and git server.
+
+use std::{path::Path, time::Duration};
+
+use imagewatch_crd::{ImageWatch, conditions::READY};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+};
+
+use crate::{Ground, Operator, TestNamespace, ground::repo_root, wait_until};
+
+/// How long scenario steps wait for a condition.
+pub const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A namespace with the chart's RBAC, an operator running as its ServiceAccount, and the
+/// `regcred` / `git-creds` Secrets for the ground.
+pub struct Scenario {
+    /// The ground.
+    pub ground: &'static Ground,
+    /// The namespace (also where the operator's ServiceAccount lives).
+    pub ns: TestNamespace,
+    /// Admin client.
+    pub admin: Client,
+    /// The operator process.
+    pub operator: Operator,
+    /// ImageWatches in the namespace (admin).
+    pub watches: Api<ImageWatch>,
+}
+
+impl Scenario {
+    /// Sets everything up; `extra` are further operator flags.
+    pub async fn start(prefix: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let ground = Ground::get()?;
+        ground.install_crds()?;
+        let ns = TestNamespace::create(ground, prefix).await?;
+        let admin = ground.admin().await?;
+        let registry = ground.registry()?;
+        let git = ground.git()?;
+        let release = format!("iw-{}", ns.name);
+        ground.install_chart_rbac(&release, &ns.name)?;
+        let (kubeconfig, _) = ns
+            .service_account(ground, &format!("{release}-imagewatch"))
+            .await?;
+        create_secret(
+            &admin,
+            &ns.name,
+            "regcred",
+            "kubernetes.io/dockerconfigjson",
+            &[(".dockerconfigjson", &registry.dockerconfigjson())],
+        )
+        .await?;
+        create_secret(
+            &admin,
+            &ns.name,
+            "git-creds",
+            "Opaque",
+            &[("username", &git.user), ("token", &git.token)],
+        )
+        .await?;
+        // Each test's operator watches only its own namespace: tests run side by side on one
+        // apiserver and must not act on each other's objects.
+        let mut flags = vec![
+            "--insecure-registry",
+            registry.host.as_str(),
+            "--namespace",
+            ns.name.as_str(),
+        ];
+        flags.extend_from_slice(extra);
+        let operator = Operator::start(ground, &ns.name, &kubeconfig, &flags)?;
+        let watches = Api::namespaced(admin.clone(), &ns.name);
+        Ok(Self {
+            ground,
+            ns,
+            admin,
+            operator,
+            watches,
+        })
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
+        let (ok, out) = self.ground.kubectl_try(&["apply", "-f", "-"], Some(yaml))?;
+        anyhow::ensure!(ok, "kubectl apply failed: {out}");
+        Ok(())
+    }
+
+    /// Waits until the watch's Ready condition has `status` and `reason`.
+    pub async fn wait_ready(
+        &self,
+        name: &str,
+        status: &str,
+        reason: &str,
+    ) -> anyhow::Result<ImageWatch> {
+        wait_until(
+            &format!("{name} Ready={status} reason={reason}"),
+            TIMEOUT,
+            || async {
+                let w = self.watches.get(name).await?;
+                Ok(ready(&w)
+                    .filter(|(s, r, _)| s == status && r == reason)
+                    .map(|_| w))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", self.operator.log_tail(40)))
+    }
+
+    /// Waits until the watch's `status.applied.tag` is `tag`.
+    pub async fn wait_applied(&self, name: &str, tag: &str) -> anyhow::Result<ImageWatch> {
+        wait_until(&format!("{name} applied {tag}"), TIMEOUT, || async {
+            let w = self.watches.get(name).await?;
+            let applied = w
+                .status
+                .as_ref()
+                .and_then(|s| s.applied.as_ref())
+                .map(|a| a.tag.clone());
+            Ok((applied.as_deref() == Some(tag)).then_some(w))
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", self.operator.log_tail(40)))
+    }
+}
+
+/// `(status, reason, message)` of the Ready condition.
+pub fn ready(w: &ImageWatch) -> Option<(String, String, String)> {
+    let c = w
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == READY)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Creates a Secret.
+pub async fn create_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    data: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    create_secret_with(client, ns, name, type_, data, ObjectMeta::default()).await
+}
+
+/// Creates a Secret with extra metadata (labels, annotations).
+pub async fn create_secret_with(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    type_: &str,
+    data: &[(&str, &str)],
+    mut meta: ObjectMeta,
+) -> anyhow::Result<()> {
+    meta.name = Some(name.into());
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    api.create(
+        &PostParams::default(),
+        &Secret {
+            metadata: meta,
+            type_: Some(type_.into()),
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &dest)?;
+        } else {
+            std::fs::copy(entry.path(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// A sample directory of the repository (`samples/<name>`).
+pub fn sample(name: &str) -> std::path::PathBuf {
+    repo_root().join("samples").join(name)
+}

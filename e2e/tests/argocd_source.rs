@@ -1,0 +1,154 @@
+//! A watch without `spec.git` takes its repository, branch and base path from the Argo CD
+//! Application that manages it, and its credentials from a labelled Secret.
+
+use imagewatch_e2e::{
+    ground::random_suffix,
+    setup::{Scenario, copy_dir, create_secret_with, sample},
+};
+use kube::api::ObjectMeta;
+
+/// The part of Argo CD's Application CRD the operator reads (the real CRD is large; the API
+/// server only needs a structural schema that keeps the fields).
+const APPLICATION_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: applications.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test]
+async fn git_location_comes_from_the_managing_application() -> anyhow::Result<()> {
+    // The Application lives in the scenario's namespace; the tracking annotation's
+    // `<namespace>_<app>` form names it there.
+    let s = Scenario::start("argo", &[]).await?;
+    s.apply(APPLICATION_CRD)?;
+    s.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/applications.argoproj.io",
+    ])?;
+
+    let registry = s.ground.registry()?;
+    let git = s.ground.git()?;
+    let image_repo = format!("e2e/argo-{}", random_suffix());
+    registry.push(&image_repo, "canary-v1.2.3")?;
+    let seed = tempfile::tempdir()?;
+    copy_dir(&sample("canary-primary/manifests"), seed.path())?;
+    let dir = seed.path().join("apps/my-api/overlays/stg");
+    for file in ["deployment-canary.yaml", "deployment-primary.yaml"] {
+        let text = std::fs::read_to_string(dir.join(file))?.replace(
+            "registry.example.com/my-api:",
+            &format!("{}/{image_repo}:", registry.host),
+        );
+        std::fs::write(dir.join(file), text)?;
+    }
+    let repo_name = format!("argo-{}", s.ns.name);
+    let url = git.new_repo(&repo_name, seed.path())?;
+
+    s.apply(&format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: my-api-stg, namespace: {ns}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: apps/my-api}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: my-api}}
+"#,
+        ns = s.ns.name
+    ))?;
+    // Credentials for the URL prefix (the base URL of the ground's git server).
+    let mut meta = ObjectMeta::default();
+    meta.labels = Some(
+        [(
+            "imagewatch.dev/git-credentials".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    meta.annotations = Some(
+        [(
+            "imagewatch.dev/url-prefix".to_string(),
+            git.base_url.clone(),
+        )]
+        .into(),
+    );
+    create_secret_with(
+        &s.admin,
+        &s.ns.name,
+        "argo-git",
+        "Opaque",
+        &[("username", &git.user), ("token", &git.token)],
+        meta,
+    )
+    .await?;
+
+    // No spec.git; the tracking annotation names `<namespace>_<application>`.
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: canary
+  namespace: {ns}
+  annotations:
+    argocd.argoproj.io/tracking-id: "{ns}_my-api-stg:imagewatch.dev/ImageWatch:{ns}/canary"
+spec:
+  image: {host}/{image_repo}
+  tags: {{pattern: "canary-*"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  target:
+    workload: {{path: overlays/stg, kind: Deployment, name: my-api-canary, container: my-api}}
+"#,
+        ns = s.ns.name,
+        host = registry.host
+    ))?;
+    s.wait_ready("canary", "True", "UpToDate").await?;
+    registry.push(&image_repo, "canary-v1.2.4")?;
+    s.wait_applied("canary", "canary-v1.2.4").await?;
+    let file = git.show(
+        &repo_name,
+        "main",
+        "apps/my-api/overlays/stg/deployment-canary.yaml",
+    )?;
+    assert!(
+        file.contains(&format!("{image_repo}:canary-v1.2.4")),
+        "{file}"
+    );
+    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+
+    // Without an Application the watch says so instead of guessing.
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: orphan, namespace: {ns}}}
+spec:
+  image: {host}/{image_repo}
+  target:
+    workload: {{path: overlays/stg, kind: Deployment, name: my-api-canary, container: my-api}}
+"#,
+        ns = s.ns.name,
+        host = registry.host
+    ))?;
+    let orphan = s.wait_ready("orphan", "False", "InvalidSpec").await?;
+    let message = imagewatch_e2e::setup::ready(&orphan)
+        .map(|r| r.2)
+        .unwrap_or_default();
+    assert!(
+        message.contains("no Argo CD Application manages this object"),
+        "{message}"
+    );
+    Ok(())
+}
