@@ -7,6 +7,7 @@
 pub mod argocd;
 mod duration;
 pub mod error;
+pub mod group;
 pub mod index;
 pub mod reconcile;
 pub mod routing;
