@@ -12,6 +12,7 @@ streamed back with chunked encoding. Listens on 127.0.0.1 only; one thread per
 connection.
 """
 import argparse
+import ssl
 import base64
 import hmac
 import http.server
@@ -183,6 +184,8 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--user", required=True)
     ap.add_argument("--token-file", required=True)
+    ap.add_argument("--tls-cert", help="serve HTTPS with this certificate")
+    ap.add_argument("--tls-key", help="private key of --tls-cert")
     a = ap.parse_args()
     if not shutil.which("git"):
         sys.exit("git not found")
@@ -191,7 +194,13 @@ def main():
     GitHandler.token_file = os.path.abspath(a.token_file)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), GitHandler)
     srv.daemon_threads = True
-    sys.stderr.write("git http server on http://127.0.0.1:%d/ root=%s\n" % (a.port, GitHandler.root))
+    scheme = "http"
+    if a.tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.tls_cert, a.tls_key)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+        scheme = "https"
+    sys.stderr.write("git %s server on %s://127.0.0.1:%d/ root=%s\n" % (scheme, scheme, a.port, GitHandler.root))
     sys.stderr.flush()
     srv.serve_forever()
 

@@ -21,6 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DIR="$STATE/git"
 ROOT="$DIR/repos"
 SSH="$DIR/ssh"
+TLS="$DIR/tls"
 GIT_USER=git
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
 
@@ -33,9 +34,12 @@ print_env() {
   echo "export IMAGEWATCH_GIT_SSH_KEY=$SSH/id_ed25519"
   echo "export IMAGEWATCH_GIT_KNOWN_HOSTS=$SSH/known_hosts"
   echo "export IMAGEWATCH_GIT_REPOS=$ROOT"
+  echo "export IMAGEWATCH_GIT_HTTPS_URL=https://127.0.0.1:$(<"$DIR/https.port")/"
+  echo "export IMAGEWATCH_GIT_CA_BUNDLE=$TLS/bundle.pem"
 }
 
 http_up() { [[ $(http_status "http://127.0.0.1:$(<"$DIR/http.port")/") == 401 ]]; }
+https_up() { [[ $(curl -s -o /dev/null -w '%{http_code}' --cacert "$TLS/ca.crt" "https://127.0.0.1:$(<"$DIR/https.port")/") == 401 ]]; }
 
 # sshd is up when it sends its SSH-2.0 banner.
 ssh_up() {
@@ -48,7 +52,24 @@ sys.exit(0 if banner.startswith(b"SSH-2.0-") else 1)
 ' "$(<"$DIR/ssh.port")"
 }
 
+# TLS for the HTTPS endpoint: a private CA, a serving certificate for 127.0.0.1, and a bundle
+# (system CAs + ours) that clients use as SSL_CERT_FILE.
+setup_tls() {
+  mkdir -p "$TLS"
+  if [[ ! -s $TLS/server.crt ]]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -sha256 -keyout "$TLS/ca.key" -out "$TLS/ca.crt" \
+      -subj "/CN=imagewatch-e2e-git-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -keyout "$TLS/server.key" -out "$TLS/server.csr" -subj "/CN=127.0.0.1" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$TLS/ext.cnf"
+    openssl x509 -req -in "$TLS/server.csr" -CA "$TLS/ca.crt" -CAkey "$TLS/ca.key" -CAcreateserial \
+      -days 3650 -sha256 -extfile "$TLS/ext.cnf" -out "$TLS/server.crt" 2>/dev/null
+  fi
+  { cat /etc/ssl/certs/ca-certificates.crt 2>/dev/null || true; cat "$TLS/ca.crt"; } >"$TLS/bundle.pem"
+}
+
 setup_files() {
+  setup_tls
   mkdir -p "$ROOT" "$SSH"
   chmod 700 "$SSH"
   if [[ ! -s $DIR/token ]]; then
@@ -92,7 +113,7 @@ CONF
 cmd_up() {
   mkdir -p "$DIR"
   if is_running git-http && is_running git-sshd && [[ -s $DIR/http.port && -s $DIR/ssh.port ]] &&
-    http_up && ssh_up; then
+    [[ -s $DIR/https.port ]] && http_up && https_up && ssh_up; then
     print_env
     return 0
   fi
@@ -101,6 +122,12 @@ cmd_up() {
 
   local hp sp
   hp=$(pick_port "$DIR/http.port")
+  local tp
+  tp=$(pick_port "$DIR/https.port")
+  while [[ $tp == "$hp" ]]; do
+    tp=$(free_port)
+    echo "$tp" >"$DIR/https.port"
+  done
   sp=$(pick_port "$DIR/ssh.port")
   while [[ $sp == "$hp" ]]; do
     sp=$(free_port)
@@ -111,6 +138,11 @@ cmd_up() {
   start_bg git-http "$DIR/http.log" "$PYTHON" -u "$SCRIPTS_DIR/git_http.py" \
     --port "$hp" --root "$ROOT" --user "$GIT_USER" --token-file "$DIR/token"
   wait_for git-http "$DIR/http.log" 30 http_up
+  log "starting git https server on 127.0.0.1:$tp"
+  start_bg git-https "$DIR/https.log" "$PYTHON" -u "$SCRIPTS_DIR/git_http.py" \
+    --port "$tp" --root "$ROOT" --user "$GIT_USER" --token-file "$DIR/token" \
+    --tls-cert "$TLS/server.crt" --tls-key "$TLS/server.key"
+  wait_for git-https "$DIR/https.log" 30 https_up
 
   write_sshd_config "$sp"
   # sshd insists on its privilege-separation directory even when run privately.
@@ -128,9 +160,11 @@ cmd_up() {
 
 cmd_down() {
   stop_bg git-http
+  stop_bg git-https
   stop_bg git-sshd
   local ok=0
   assert_gone git-http "git_http.py --port [0-9]+ --root $ROOT " || ok=1
+  assert_gone git-https "git_http.py --port [0-9]+ --root $ROOT .*--tls-cert" || ok=1
   assert_gone git-sshd "$SSH/sshd_config" || ok=1
   return $ok
 }

@@ -115,7 +115,12 @@ impl Ground {
     /// The git server.
     pub fn git(&self) -> anyhow::Result<GitServer> {
         Ok(GitServer {
+            // HTTPS with the ground's own CA (operators get it via SSL_CERT_FILE).
             base_url: self
+                .var("IMAGEWATCH_GIT_HTTPS_URL")?
+                .trim_end_matches('/')
+                .to_string(),
+            http_url: self
                 .var("IMAGEWATCH_GIT_HTTP_URL")?
                 .trim_end_matches('/')
                 .to_string(),
@@ -450,8 +455,10 @@ impl Registry {
 /// The git server of the ground (HTTP with basic auth).
 #[derive(Debug, Clone)]
 pub struct GitServer {
-    /// Base URL (`http://127.0.0.1:PORT`).
+    /// Base URL over HTTPS (`https://127.0.0.1:PORT`).
     pub base_url: String,
+    /// Base URL over plain HTTP.
+    pub http_url: String,
     /// User.
     pub user: String,
     /// Token (password).

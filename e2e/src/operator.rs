@@ -21,6 +21,8 @@ pub struct Operator {
     pub cache_dir: PathBuf,
     kubeconfig: PathBuf,
     extra: Vec<String>,
+    /// CA bundle trusted for HTTPS (the ground's git server CA + system CAs).
+    ca_bundle: Option<String>,
 }
 
 /// Path of the operator binary (built by `cargo build` before the tests).
@@ -54,6 +56,7 @@ impl Operator {
             cache_dir,
             kubeconfig: kubeconfig.to_path_buf(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            ca_bundle: ground.env.get("IMAGEWATCH_GIT_CA_BUNDLE").cloned(),
         };
         op.spawn()?;
         Ok(op)
@@ -79,6 +82,7 @@ impl Operator {
             .arg(&self.cache_dir)
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
+            .envs(self.ca_bundle.iter().map(|b| ("SSL_CERT_FILE", b)))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info,imagewatch=debug".into()),
