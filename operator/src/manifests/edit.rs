@@ -6,6 +6,21 @@
 //! The output is the new file contents; writing them (to a working tree or a
 //! Git commit) is the caller's business.
 //!
+//! The result of planning any target ([`super::plan_edit`]) is a [`Plan`]:
+//! * `plan.edit` is the change to the first (usually only) file, `None` when
+//!   the image is already current;
+//! * `plan.more` holds changes to further files, in file order. Only setter
+//!   markers ([`super::TargetSpec::Setter`]) can span several files; `more`
+//!   is empty for every other target and whenever `edit` is `None`. Use
+//!   [`Plan::edits`] to go through all of them. A caller must write every
+//!   one of them (in one commit) or none;
+//! * a [`PlannedEdit`] with `creates_file` set names a file that did not
+//!   exist (an Argo CD source file written for the first time); its `old`
+//!   is empty and its `file_index` is the length of the caller's slice;
+//! * `plan.located` is the one scalar that holds the image, for targets that
+//!   are one scalar (workload containers, Helm values keys); `None` for
+//!   targets that are several fields or may add lines.
+//!
 //! Byte-minimal means: only the bytes of the scalar token change. The token
 //! keeps its quoting style; the value is re-escaped for it. A plain token
 //! whose new value could not stay plain (it would parse as something else)
@@ -41,11 +56,16 @@ pub struct PlannedEdit {
     pub file: String,
     /// Index of that file in the caller's slice.
     pub file_index: usize,
-    /// The image before and after.
+    /// The image before and after (for targets that hold only a tag, such
+    /// as a Helm values key, the tag before and after). `old` is empty when
+    /// the target did not exist yet (an added Kustomize entry, a created
+    /// file).
     pub old: String,
     pub new: String,
     /// The complete new text of the file.
     pub new_contents: String,
+    /// The file does not exist yet and is created by this edit.
+    pub creates_file: bool,
 }
 
 /// Result of planning: where the image is, the edit if one is needed, and
@@ -54,14 +74,25 @@ pub struct PlannedEdit {
 pub struct Plan {
     /// File holding the image (as named by the caller).
     pub file: String,
-    /// The image as it is now.
+    /// The image as it is now (empty when the target does not exist yet).
     pub current: String,
-    /// Exactly where the image is.
-    pub located: Located,
+    /// Exactly where the image is, when it is one scalar (see the module
+    /// documentation).
+    pub located: Option<Located>,
     /// `None` when the image already has the requested value.
     pub edit: Option<PlannedEdit>,
+    /// Edits of further files (setter markers only); empty when `edit` is
+    /// `None`.
+    pub more: Vec<PlannedEdit>,
     /// Files skipped during the search (they did not parse).
     pub warnings: Vec<Warning>,
+}
+
+impl Plan {
+    /// Every file edit: `edit`, then `more`.
+    pub fn edits(&self) -> impl Iterator<Item = &PlannedEdit> {
+        self.edit.iter().chain(&self.more)
+    }
 }
 
 /// Plans the edit of `target`'s image in `files` (`(name, contents)` pairs),
@@ -92,8 +123,9 @@ pub fn plan_workload_edit<N: AsRef<str>>(
         return Ok(Plan {
             file: current.file.clone(),
             current: current.value.clone(),
-            located: current,
+            located: Some(current),
             edit: None,
+            more: Vec::new(),
             warnings: search.warnings,
         });
     }
@@ -113,8 +145,10 @@ pub fn plan_workload_edit<N: AsRef<str>>(
             old: current.value.clone(),
             new,
             new_contents,
+            creates_file: false,
         }),
-        located: current,
+        located: Some(current),
+        more: Vec::new(),
         warnings: search.warnings,
     })
 }

@@ -34,7 +34,7 @@ fn check(
     );
 
     // Only the scalar's bytes may differ.
-    let span = plan.located.span.clone();
+    let span = plan.located.as_ref().unwrap().span.clone();
     let out = edit.new_contents.as_bytes();
     let inp = input.as_bytes();
     assert_eq!(
@@ -81,8 +81,11 @@ fn comments_and_trailing_comment_are_kept() {
         tag("1.5.0"),
         fixture!("comments.expected.yaml"),
     );
-    assert_eq!(plan.located.style, ScalarStyle::Plain);
-    assert_eq!(plan.located.value, "ghcr.io/acme/web:1.4.2");
+    assert_eq!(plan.located.as_ref().unwrap().style, ScalarStyle::Plain);
+    assert_eq!(
+        plan.located.as_ref().unwrap().value,
+        "ghcr.io/acme/web:1.4.2"
+    );
 }
 
 #[test]
@@ -94,7 +97,10 @@ fn single_quoted_stays_single_quoted() {
         tag("16.3"),
         fixture!("single-quoted.expected.yaml"),
     );
-    assert_eq!(plan.located.style, ScalarStyle::SingleQuoted);
+    assert_eq!(
+        plan.located.as_ref().unwrap().style,
+        ScalarStyle::SingleQuoted
+    );
 }
 
 #[test]
@@ -106,7 +112,10 @@ fn double_quoted_stays_double_quoted() {
         tag("v0.10.0"),
         fixture!("double-quoted.expected.yaml"),
     );
-    assert_eq!(plan.located.style, ScalarStyle::DoubleQuoted);
+    assert_eq!(
+        plan.located.as_ref().unwrap().style,
+        ScalarStyle::DoubleQuoted
+    );
 }
 
 #[test]
@@ -149,7 +158,10 @@ fn byte_order_mark_is_kept() {
     );
     // The span is in bytes: the BOM and the multi-byte characters before the
     // image shift it away from the parser's character offsets.
-    assert_eq!(&input[plan.located.span.clone()], "'acme/bom:0.1'");
+    assert_eq!(
+        &input[plan.located.as_ref().unwrap().span.clone()],
+        "'acme/bom:0.1'"
+    );
 }
 
 #[test]
@@ -161,7 +173,7 @@ fn multi_document_file_with_end_markers() {
         tag("2.1.0"),
         fixture!("multi-doc.expected.yaml"),
     );
-    assert_eq!(plan.located.document, 1);
+    assert_eq!(plan.located.as_ref().unwrap().document, 1);
 }
 
 #[test]
@@ -173,9 +185,9 @@ fn list_items_are_searched() {
         tag("7.4"),
         fixture!("list.expected.yaml"),
     );
-    assert_eq!(plan.located.item, Some(1));
+    assert_eq!(plan.located.as_ref().unwrap().item, Some(1));
     assert_eq!(
-        plan.located.path,
+        plan.located.as_ref().unwrap().path,
         "items[1].spec.template.spec.containers[0].image"
     );
 }
@@ -201,7 +213,7 @@ fn init_container() {
         fixture!("init-container.expected.yaml"),
     );
     assert_eq!(
-        plan.located.path,
+        plan.located.as_ref().unwrap().path,
         "spec.template.spec.initContainers[0].image"
     );
 }
@@ -225,7 +237,7 @@ fn same_name_in_two_namespaces() {
         tag("1.1"),
         fixture!("namespaces.expected.yaml"),
     );
-    assert_eq!(plan.located.document, 1);
+    assert_eq!(plan.located.as_ref().unwrap().document, 1);
 }
 
 #[test]
@@ -285,5 +297,576 @@ fn full_image_replacement() {
     assert_eq!(
         plan.edit.unwrap().new_contents,
         fixture!("comments.expected.yaml")
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Other target kinds, through `plan_edit`.
+// ---------------------------------------------------------------------------
+
+/// The one region where `output` differs from `input`: `(removed, added)`,
+/// after stripping the longest common prefix and suffix.
+fn diff<'a>(input: &'a str, output: &'a str) -> (&'a str, &'a str) {
+    let (a, b) = (input.as_bytes(), output.as_bytes());
+    let mut prefix = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    while !input.is_char_boundary(prefix) || !output.is_char_boundary(prefix) {
+        prefix -= 1;
+    }
+    let max_suffix = a.len().min(b.len()) - prefix;
+    let mut suffix = a
+        .iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take(max_suffix)
+        .take_while(|(x, y)| x == y)
+        .count();
+    while !input.is_char_boundary(a.len() - suffix) || !output.is_char_boundary(b.len() - suffix) {
+        suffix -= 1;
+    }
+    (
+        &input[prefix..a.len() - suffix],
+        &output[prefix..b.len() - suffix],
+    )
+}
+
+/// Plans `change` of `target` in `files` and checks every edited file
+/// against its golden contents and its expected one-region diff
+/// `(file, expected contents, removed, added)`; then that applying the edits
+/// makes a second plan find nothing to do.
+fn check_target(
+    files: &[(&str, &str)],
+    target: &TargetSpec,
+    change: &ImageChange,
+    expected: &[(&str, &str, &str, &str)],
+) -> Plan {
+    let plan = plan_edit(files, target, change).unwrap();
+    let edits: Vec<&PlannedEdit> = plan.edits().collect();
+    assert_eq!(
+        edits.iter().map(|e| e.file.as_str()).collect::<Vec<_>>(),
+        expected.iter().map(|e| e.0).collect::<Vec<_>>(),
+        "edited files"
+    );
+    let mut after: Vec<(String, String)> = files
+        .iter()
+        .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+        .collect();
+    for (edit, (file, contents, removed, added)) in edits.iter().zip(expected) {
+        assert_eq!(
+            edit.new_contents, *contents,
+            "{file} differs from the golden file"
+        );
+        let input = files
+            .iter()
+            .find(|(n, _)| n == file)
+            .map_or("", |(_, t)| *t);
+        assert_eq!(
+            edit.creates_file,
+            !files.iter().any(|(n, _)| n == file),
+            "{file}: creates_file"
+        );
+        assert_eq!(
+            diff(input, &edit.new_contents),
+            (*removed, *added),
+            "{file}: other bytes changed"
+        );
+        match after.iter_mut().find(|(n, _)| n == file) {
+            Some(slot) => slot.1 = edit.new_contents.clone(),
+            None => after.push(((*file).to_owned(), edit.new_contents.clone())),
+        }
+    }
+    let after: Vec<(&str, &str)> = after
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let again = plan_edit(&after, target, change).unwrap();
+    assert_eq!(again.edit, None, "a second run must find the image current");
+    assert!(again.more.is_empty());
+    plan
+}
+
+fn kustomize(path: &str, image: &str) -> TargetSpec {
+    TargetSpec::Kustomize {
+        path: path.to_owned(),
+        image: image.to_owned(),
+    }
+}
+
+fn image(reference: &str) -> ImageChange {
+    ImageChange::Image(reference.to_owned())
+}
+
+#[test]
+fn kustomize_updates_a_plain_new_tag() {
+    let input = fixture!("kustomize-plain.yaml");
+    let plan = check_target(
+        &[
+            ("apps/web/prod/replicas.yaml", "kind: Deployment\n"),
+            ("apps/web/prod/kustomization.yaml", input),
+        ],
+        &kustomize("apps/web/prod", "web"),
+        &tag("v1.5.0"),
+        &[(
+            "apps/web/prod/kustomization.yaml",
+            fixture!("kustomize-plain.expected.yaml"),
+            "4.2",
+            "5.0",
+        )],
+    );
+    assert_eq!(plan.current, "ghcr.io/acme/web:v1.4.2");
+    let edit = plan.edit.unwrap();
+    assert_eq!(
+        (edit.old.as_str(), edit.new.as_str()),
+        ("ghcr.io/acme/web:v1.4.2", "ghcr.io/acme/web:v1.5.0")
+    );
+    assert_eq!(plan.located, None);
+    // The same image given in full needs no newName change.
+    let plan = plan_edit(
+        &[("apps/web/prod/kustomization.yaml", input)],
+        &kustomize("./apps/web/prod/", "web"),
+        &image("ghcr.io/acme/web:v1.5.0"),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.edit.unwrap().new_contents,
+        fixture!("kustomize-plain.expected.yaml")
+    );
+}
+
+#[test]
+fn kustomize_keeps_quotes_and_rewrites_new_name() {
+    check_target(
+        &[("kustomization.yaml", fixture!("kustomize-quoted.yaml"))],
+        &kustomize("", "api"),
+        &image("ghcr.io/acme/api:1.5"),
+        &[(
+            "kustomization.yaml",
+            fixture!("kustomize-quoted.expected.yaml"),
+            "registry.example.com/acme/api'\n  newTag: '1.4",
+            "ghcr.io/acme/api'\n  newTag: '1.5",
+        )],
+    );
+    // Quoted entry names match too; a numeric-looking tag stays quoted.
+    let plan = plan_edit(
+        &[("kustomization.yaml", fixture!("kustomize-quoted.yaml"))],
+        &kustomize("", "worker"),
+        &tag("2024.07.01"),
+    )
+    .unwrap();
+    assert_eq!(
+        diff(
+            fixture!("kustomize-quoted.yaml"),
+            &plan.edit.unwrap().new_contents
+        ),
+        ("6", "7")
+    );
+}
+
+#[test]
+fn kustomize_adds_a_missing_entry_in_the_list_style() {
+    let plan = check_target(
+        &[(
+            "base/kustomization.yaml",
+            fixture!("kustomize-add-entry.yaml"),
+        )],
+        &kustomize("base", "cache"),
+        &image("ghcr.io/acme/redis:7.4-alpine"),
+        &[(
+            "base/kustomization.yaml",
+            fixture!("kustomize-add-entry.expected.yaml"),
+            "",
+            "    -   name: cache\n        newName: ghcr.io/acme/redis\n        newTag: 7.4-alpine\n",
+        )],
+    );
+    assert_eq!(plan.current, "");
+    assert_eq!(plan.edit.unwrap().old, "");
+}
+
+#[test]
+fn kustomize_adds_images_at_the_end_of_the_document() {
+    check_target(
+        &[("kustomization.yaml", fixture!("kustomize-no-images.yaml"))],
+        &kustomize("", "web"),
+        &tag("v1.0.1"),
+        &[(
+            "kustomization.yaml",
+            fixture!("kustomize-no-images.expected.yaml"),
+            "",
+            "images:\n  - name: web\n    newTag: v1.0.1\n",
+        )],
+    );
+}
+
+#[test]
+fn kustomize_removes_the_digest_line() {
+    let plan = check_target(
+        &[("kustomization.yaml", fixture!("kustomize-digest.yaml"))],
+        &kustomize("", "web"),
+        &tag("v1.1.0"),
+        &[(
+            "kustomization.yaml",
+            fixture!("kustomize-digest.expected.yaml"),
+            "0.0\n    digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef # pinned",
+            "1.0",
+        )],
+    );
+    assert_eq!(
+        plan.current,
+        "web:v1.0.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    // A digest-only entry gets a newTag in place of its digest.
+    let plan = plan_edit(
+        &[("kustomization.yaml", fixture!("kustomize-digest.yaml"))],
+        &kustomize("", "db"),
+        &tag("16"),
+    )
+    .unwrap();
+    assert_eq!(
+        diff(
+            fixture!("kustomize-digest.yaml"),
+            &plan.edit.unwrap().new_contents
+        ),
+        (
+            "digest: sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+            "newTag: \"16\""
+        )
+    );
+}
+
+#[test]
+fn kustomize_crlf_and_bom_are_kept_when_a_line_is_added() {
+    let input = fixture!("kustomize-crlf.yaml");
+    assert!(input.starts_with('\u{FEFF}') && input.contains("\r\n"));
+    check_target(
+        &[("overlay/kustomization.yaml", input)],
+        &kustomize("overlay", "web"),
+        &tag("v2"),
+        &[(
+            "overlay/kustomization.yaml",
+            fixture!("kustomize-crlf.expected.yaml"),
+            "",
+            "  newTag: v2\r\n",
+        )],
+    );
+}
+
+#[test]
+fn kustomize_errors_name_the_file() {
+    let err = plan_edit(
+        &[("apps/web/deploy.yaml", "kind: Deployment\n")],
+        &kustomize("apps/web", "web"),
+        &tag("1"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a kustomization file (kustomization.yaml, kustomization.yml or Kustomization) was not \
+         found in apps/web"
+    );
+    let err = plan_edit(
+        &[
+            ("kustomization.yaml", "images: []\n"),
+            ("Kustomization", "images: []\n"),
+        ],
+        &kustomize("", "web"),
+        &tag("1"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, EditError::AmbiguousIn { .. }), "{err}");
+    let err = plan_edit(
+        &[(
+            "kustomization.yaml",
+            "images:\n- name: web\n  newTag: a\n- name: web\n  newTag: b\n",
+        )],
+        &kustomize("", "web"),
+        &tag("1"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the images entry named \"web\" is ambiguous in kustomization.yaml: it appears 2 times \
+         (images[0], images[1]); nothing was changed"
+    );
+}
+
+fn helm(file: &str, key: &str) -> TargetSpec {
+    TargetSpec::Helm {
+        file: file.to_owned(),
+        key: key.to_owned(),
+    }
+}
+
+#[test]
+fn helm_nested_key_with_comments() {
+    let plan = check_target(
+        &[("charts/web/values.yaml", fixture!("helm-values.yaml"))],
+        &helm("charts/web/values.yaml", "canary.image.tag"),
+        &tag("v1.5.0"),
+        &[(
+            "charts/web/values.yaml",
+            fixture!("helm-values.expected.yaml"),
+            "4.2",
+            "5.0",
+        )],
+    );
+    assert_eq!(plan.current, "v1.4.2");
+    let located = plan.located.unwrap();
+    assert_eq!(located.path, "canary.image.tag");
+    assert_eq!(
+        &fixture!("helm-values.yaml")[located.span],
+        "v1.4.2",
+        "the span is the token"
+    );
+    // A full image gives its tag to a tag key.
+    let plan = plan_edit(
+        &[("charts/web/values.yaml", fixture!("helm-values.yaml"))],
+        &helm("charts/web/values.yaml", "canary.image.tag"),
+        &image("ghcr.io/acme/web:v1.5.0"),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.edit.unwrap().new_contents,
+        fixture!("helm-values.expected.yaml")
+    );
+    // An empty quoted tag is filled in, quotes kept.
+    let plan = plan_edit(
+        &[("charts/web/values.yaml", fixture!("helm-values.yaml"))],
+        &helm("charts/web/values.yaml", "image.tag"),
+        &tag("v1.5.0"),
+    )
+    .unwrap();
+    assert_eq!(
+        diff(
+            fixture!("helm-values.yaml"),
+            &plan.edit.unwrap().new_contents
+        ),
+        ("", "v1.5.0")
+    );
+}
+
+#[test]
+fn helm_numeric_looking_tag_is_quoted() {
+    check_target(
+        &[("values.yaml", fixture!("helm-numeric.yaml"))],
+        &helm("values.yaml", "image.tag"),
+        &tag("16.10"),
+        &[(
+            "values.yaml",
+            fixture!("helm-numeric.expected.yaml"),
+            "16.3",
+            "\"16.10\"",
+        )],
+    );
+    // Already quoted: only the value changes.
+    let plan = plan_edit(
+        &[("values.yaml", fixture!("helm-numeric.yaml"))],
+        &helm("values.yaml", "sidecar.tag"),
+        &tag("1.10"),
+    )
+    .unwrap();
+    assert_eq!(
+        diff(
+            fixture!("helm-numeric.yaml"),
+            &plan.edit.unwrap().new_contents
+        ),
+        ("9", "10")
+    );
+}
+
+#[test]
+fn helm_full_image_values_and_list_indexes() {
+    let values = "sidecars:\n  - name: proxy\n    image: \"envoyproxy/envoy:v1.30.1\"\n";
+    let plan = plan_edit(
+        &[("values.yaml", values)],
+        &helm("values.yaml", "sidecars[0].image"),
+        &tag("v1.31.0"),
+    )
+    .unwrap();
+    let edit = plan.edit.unwrap();
+    assert_eq!(
+        edit.new_contents,
+        values.replace("v1.30.1", "v1.31.0"),
+        "a full image gets the new tag"
+    );
+    assert_eq!(edit.new, "envoyproxy/envoy:v1.31.0");
+    let plan = plan_edit(
+        &[("values.yaml", values)],
+        &helm("values.yaml", "sidecars[0].image"),
+        &image("ghcr.io/acme/envoy:v2"),
+    )
+    .unwrap();
+    assert_eq!(
+        plan.edit.unwrap().new_contents,
+        values.replace("envoyproxy/envoy:v1.30.1", "ghcr.io/acme/envoy:v2")
+    );
+}
+
+#[test]
+fn helm_errors_name_the_key_and_the_file() {
+    let files = [("charts/web/values.yaml", fixture!("helm-values.yaml"))];
+    let err = plan_edit(
+        &files,
+        &helm("charts/web/values.yaml", "canary.image.digest"),
+        &tag("1"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the key path \"canary.image.digest\" (canary.image has no key \"digest\") was not \
+         found in charts/web/values.yaml"
+    );
+    let err = plan_edit(&files, &helm("values.yaml", "image.tag"), &tag("1")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the Helm values file values.yaml does not exist; nothing was changed"
+    );
+    let err = plan_edit(
+        &files,
+        &helm("charts/web/values.yaml", "canary.image"),
+        &tag("1"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("is not a string"), "{err}");
+    let err = plan_edit(
+        &files,
+        &helm("charts/web/values.yaml", "image.tag"),
+        &image("ghcr.io/acme/web@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, EditError::NewImageWithoutTag { .. }), "{err}");
+}
+
+fn argocd() -> TargetSpec {
+    TargetSpec::ArgocdSource {
+        path: "apps/web".to_owned(),
+        application: "web-prod".to_owned(),
+        image: "web".to_owned(),
+    }
+}
+
+#[test]
+fn argocd_source_is_updated() {
+    let file = "apps/web/.argocd-source-web-prod.yaml";
+    assert_eq!(argocd().scope(), ReadScope::File(file.to_owned()));
+    let plan = check_target(
+        &[(file, fixture!("argocd-source.yaml"))],
+        &argocd(),
+        &tag("v1.5.0"),
+        &[(file, fixture!("argocd-source.expected.yaml"), "4.2", "5.0")],
+    );
+    assert_eq!(plan.current, "ghcr.io/acme/web:v1.4.2");
+}
+
+#[test]
+fn argocd_source_is_created() {
+    let file = "apps/web/.argocd-source-web-prod.yaml";
+    let plan = check_target(
+        &[],
+        &argocd(),
+        &image("ghcr.io/acme/web:v1.5.0"),
+        &[(
+            file,
+            fixture!("argocd-source-create.expected.yaml"),
+            "",
+            fixture!("argocd-source-create.expected.yaml"),
+        )],
+    );
+    let edit = plan.edit.unwrap();
+    assert!(edit.creates_file);
+    assert_eq!((edit.old.as_str(), edit.file_index), ("", 0));
+}
+
+#[test]
+fn argocd_source_helm_parameters() {
+    let file = "apps/web/.argocd-source-web-prod.yaml";
+    let text = "helm:\n  parameters:\n  - name: image.tag\n    value: \"v1.4.2\"\n    forcestring: true\n  - name: replicas\n    value: \"2\"\n";
+    let plan = check_target(
+        &[(file, text)],
+        &argocd(),
+        &image("ghcr.io/acme/web:v1.5.0"),
+        &[(file, &text.replace("v1.4.2", "v1.5.0"), "4.2", "5.0")],
+    );
+    assert_eq!(plan.current, "v1.4.2");
+}
+
+fn setter(marker: &str) -> TargetSpec {
+    TargetSpec::Setter {
+        path: "apps".to_owned(),
+        marker: marker.to_owned(),
+    }
+}
+
+#[test]
+fn setter_markers_in_two_files() {
+    let files = [
+        ("apps/a/widget.yaml", fixture!("setter-a.yaml")),
+        ("apps/b/config.yaml", fixture!("setter-b.yaml")),
+        ("apps/c/unrelated.yaml", "x: [\n"),
+    ];
+    let plan = check_target(
+        &files,
+        &setter("apps:web"),
+        &tag("v1.5.0"),
+        &[
+            (
+                "apps/a/widget.yaml",
+                fixture!("setter-a.expected.yaml"),
+                "4.2",
+                "5.0",
+            ),
+            (
+                "apps/b/config.yaml",
+                fixture!("setter-b.expected.yaml"),
+                "4.2",
+                "5.0",
+            ),
+        ],
+    );
+    assert_eq!(plan.file, "apps/a/widget.yaml");
+    assert_eq!(plan.current, "ghcr.io/acme/web:v1.4.2");
+    assert_eq!(plan.more.len(), 1);
+    // The tag-only file describes its image from its name and tag markers.
+    assert_eq!(plan.more[0].old, "ghcr.io/acme/web:v1.4.2");
+    assert_eq!(plan.more[0].new, "ghcr.io/acme/web:v1.5.0");
+    // The same full image changes the same bytes; the repository marker stays.
+    let plan = plan_edit(
+        &files,
+        &setter("apps:web"),
+        &image("ghcr.io/acme/web:v1.5.0"),
+    )
+    .unwrap();
+    let contents: Vec<&str> = plan.edits().map(|e| e.new_contents.as_str()).collect();
+    assert_eq!(
+        contents,
+        [
+            fixture!("setter-a.expected.yaml"),
+            fixture!("setter-b.expected.yaml")
+        ]
+    );
+    // The other marker is independent.
+    let plan = plan_edit(&files, &setter("apps:db"), &tag("17")).unwrap();
+    assert_eq!(plan.edits().count(), 1);
+    let err = plan_edit(&files, &setter("apps:nope"), &tag("1")).unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "a setter marker # {\"$imagewatch\": \"apps:nope\"} (or apps:nope:tag, \
+             apps:nope:name) was not found in apps"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn setter_refuses_an_unparsable_file_with_its_marker() {
+    let files = [
+        ("apps/a/widget.yaml", fixture!("setter-a.yaml")),
+        (
+            "apps/b/broken.yaml",
+            "tag: [v1 # {\"$imagewatch\": \"apps:web:tag\"}\n",
+        ),
+    ];
+    let err = plan_edit(&files, &setter("apps:web"), &tag("v2")).unwrap_err();
+    assert!(
+        matches!(err, EditError::InvalidFile { ref file, .. } if file == "apps/b/broken.yaml"),
+        "{err}"
     );
 }

@@ -298,57 +298,83 @@ impl FileCtx<'_> {
     }
 
     fn image_site(&self, image: NodeId, path: String) -> SiteEval {
-        let node = self.stream.node(image);
-        let unsupported = |reason: &str| SiteEval::Unsupported {
-            path: path.clone(),
-            reason: reason.to_owned(),
-        };
-        let (value, raw_style, tag) = match &node.kind {
-            NodeKind::Scalar {
-                value, style, tag, ..
-            } => (value, *style, tag),
-            NodeKind::Alias => {
-                return unsupported(
-                    "the image is a YAML alias; edit the anchored value instead, since it \
-                     may be shared with other objects",
-                );
-            }
-            NodeKind::Mapping(_) | NodeKind::Sequence(_) => {
-                return unsupported("the image field is not a string");
-            }
-        };
-        if is_null(value, raw_style) {
-            return unsupported("the image field is empty");
-        }
-        if let Some(tag) = tag
-            && !matches!(tag.as_str(), "tag:yaml.org,2002:str" | "!")
-        {
-            return unsupported(&format!("the image has the YAML tag {tag}"));
-        }
-        let style = match raw_style {
-            RawStyle::Plain => ScalarStyle::Plain,
-            RawStyle::SingleQuoted => ScalarStyle::SingleQuoted,
-            RawStyle::DoubleQuoted => ScalarStyle::DoubleQuoted,
-            RawStyle::Literal | RawStyle::Folded => {
-                return unsupported(
-                    "the image is a block scalar ('|' or '>'); write it as a plain or quoted \
-                     string",
-                );
-            }
-        };
-        let Some(span) = yaml::scalar_token(self.text, node) else {
-            return unsupported("its position in the file could not be determined");
-        };
-        if !token_matches(&self.text[span.clone()], style, value) {
-            return unsupported("its position in the file could not be determined");
-        }
-        SiteEval::Usable {
-            path,
-            span,
-            style,
-            value: value.clone(),
+        match scalar_token_of(self.text, self.stream, image, "the image") {
+            Ok(token) => SiteEval::Usable {
+                path,
+                span: token.span,
+                style: token.style,
+                value: token.value,
+            },
+            Err(reason) => SiteEval::Unsupported { path, reason },
         }
     }
+}
+
+/// An editable string scalar: its token, quoting style and decoded value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScalarToken {
+    /// Byte range of the token, quotes included, node properties excluded.
+    pub span: Range<usize>,
+    pub style: ScalarStyle,
+    pub value: String,
+}
+
+/// Checks that node `id` of `stream` (parsed from `text`) is a string scalar
+/// that can be rewritten in place, and returns its token. `what` names the
+/// value in the reason given otherwise ("the image", "canary.image.tag").
+///
+/// Refused: aliases (editing the anchored value would change every user of
+/// it), collections, nulls, non-string YAML tags, block scalars, and tokens
+/// whose position cannot be pinned down exactly.
+pub(crate) fn scalar_token_of(
+    text: &str,
+    stream: &Stream,
+    id: NodeId,
+    what: &str,
+) -> Result<ScalarToken, String> {
+    let node = stream.node(id);
+    let (value, raw_style, tag) = match &node.kind {
+        NodeKind::Scalar {
+            value, style, tag, ..
+        } => (value, *style, tag),
+        NodeKind::Alias => {
+            return Err(format!(
+                "{what} is a YAML alias; edit the anchored value instead, since it may be \
+                 shared with other objects"
+            ));
+        }
+        NodeKind::Mapping(_) | NodeKind::Sequence(_) => {
+            return Err(format!("{what} is not a string"));
+        }
+    };
+    if is_null(value, raw_style) {
+        return Err(format!("{what} is empty"));
+    }
+    if let Some(tag) = tag
+        && !matches!(tag.as_str(), "tag:yaml.org,2002:str" | "!")
+    {
+        return Err(format!("{what} has the YAML tag {tag}"));
+    }
+    let style = match raw_style {
+        RawStyle::Plain => ScalarStyle::Plain,
+        RawStyle::SingleQuoted => ScalarStyle::SingleQuoted,
+        RawStyle::DoubleQuoted => ScalarStyle::DoubleQuoted,
+        RawStyle::Literal | RawStyle::Folded => {
+            return Err(format!(
+                "{what} is a block scalar ('|' or '>'); write it as a plain or quoted string"
+            ));
+        }
+    };
+    let unknown = || "its position in the file could not be determined".to_owned();
+    let span = yaml::scalar_token(text, node).ok_or_else(unknown)?;
+    if !token_matches(&text[span.clone()], style, value) {
+        return Err(unknown());
+    }
+    Ok(ScalarToken {
+        span,
+        style,
+        value: value.clone(),
+    })
 }
 
 enum Step {

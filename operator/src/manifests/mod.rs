@@ -19,11 +19,24 @@
 //!
 //! Everything up to and including [`edit`] is pure (no I/O), so the
 //! controller can use it on blobs read from a Git tree.
+//!
+//! Other places than workload containers ([`TargetSpec`]: a Kustomize
+//! `images:` entry, a Helm values key, an Argo CD `.argocd-source-<app>.yaml`,
+//! setter marker comments) go through [`plan_edit`], which dispatches to one
+//! module per kind (`kustomize`, `helm`, `argocd`, `setter`). Those may add or
+//! remove whole lines (a missing Kustomize entry, a stale digest), done by
+//! `patch` in the file's own layout and line endings; every such plan is
+//! verified by planning again on its result.
 
+mod argocd;
 pub mod edit;
+mod helm;
 pub mod image_ref;
+mod kustomize;
 pub mod locate;
+mod patch;
 pub mod setimage;
+mod setter;
 pub mod target;
 pub mod workload;
 mod yaml;
@@ -37,7 +50,7 @@ use std::path::PathBuf;
 pub use edit::{ImageChange, Plan, PlannedEdit, plan_workload_edit, replace_scalar};
 pub use image_ref::{ImageRef, ImageRefError};
 pub use locate::{Located, ScalarStyle, Search, find_workload_image};
-pub use setimage::{SetImageOutcome, set_image};
+pub use setimage::{FileChange, SetImageOutcome, SetTargetOutcome, set_image, set_target};
 pub use target::{ReadScope, TargetSpec, plan_edit};
 pub use workload::{WorkloadKind, WorkloadTarget, WorkloadTargetError};
 pub use yaml::YamlError;
@@ -145,6 +158,35 @@ pub enum EditError {
     /// This kind of target cannot be edited by this version.
     #[error("{0}")]
     UnsupportedTarget(String),
+    /// A file, key, entry or marker that a non-workload target names does
+    /// not exist (and is not one that may be added).
+    #[error("{what} was not found in {file}{}", skipped_note(skipped))]
+    NotFoundIn {
+        /// The file (or directory) searched.
+        file: String,
+        what: String,
+        /// Files skipped during the search; the target may be in one.
+        skipped: Vec<Warning>,
+    },
+    /// A file the target names does not exist.
+    #[error("{what} {file} does not exist; nothing was changed")]
+    MissingFile { file: String, what: String },
+    /// The file exists but cannot be edited safely for this target.
+    #[error("cannot edit {file}: {reason}; nothing was changed")]
+    InvalidFile { file: String, reason: String },
+    /// More than one place matches a non-workload target.
+    #[error("{what} is ambiguous in {file}: {detail}; nothing was changed")]
+    AmbiguousIn {
+        file: String,
+        what: String,
+        detail: String,
+    },
+    /// The target holds only a tag, but the new image has none.
+    #[error(
+        "the new image {image:?} has no tag, but {place} holds only a tag; give an image with \
+         a tag"
+    )]
+    NewImageWithoutTag { image: String, place: String },
     #[error("cannot edit the image of {target} in {site}: {reason}")]
     Unsupported {
         target: Box<WorkloadTarget>,
@@ -186,6 +228,18 @@ fn join<T: fmt::Display>(items: &[T], separator: &str) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(separator)
+}
+
+fn skipped_note(skipped: &[Warning]) -> String {
+    if skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " [note: {} file(s) were skipped and not searched: {}]",
+            skipped.len(),
+            join(skipped, "; ")
+        )
+    }
 }
 
 fn quoted_list(items: &[String]) -> String {
@@ -237,12 +291,6 @@ fn describe_not_found(target: &WorkloadTarget, reason: &NotFound, skipped: &[War
             )
         }
     };
-    if !skipped.is_empty() {
-        text.push_str(&format!(
-            " [note: {} file(s) were skipped and not searched: {}]",
-            skipped.len(),
-            join(skipped, "; ")
-        ));
-    }
+    text.push_str(&skipped_note(skipped));
     text
 }

@@ -2,15 +2,22 @@
 //!
 //! Place in the flow: the whole pipeline on a local checkout. It reads the
 //! manifests under a directory (the "read current tag" step, from disk
-//! instead of a Git object store), plans the edit with [`plan_workload_edit`], and
-//! emits it by rewriting the one file atomically. Nothing is written when the
+//! instead of a Git object store), plans the edit with [`plan_workload_edit`]
+//! ([`set_image`]) or [`plan_edit`] ([`set_target`], every target kind), and
+//! emits it by rewriting the file(s) atomically. Nothing is written when the
 //! image is already current, or when the target is missing or ambiguous.
 //!
-//! Directory walk: files ending in `.yaml` or `.yml` (any case), recursively,
-//! in sorted order. Entries whose name starts with '.' (`.git`, `.github`,
-//! editor swap files) are skipped, and so are symbolic links: following them
-//! could loop or edit a file outside the directory. Files that cannot be read
-//! or are not UTF-8 are skipped with a warning, like files that do not parse.
+//! Directory walk: files ending in `.yaml` or `.yml` (any case), and files
+//! named `Kustomization`, recursively, in sorted order. Entries whose name
+//! starts with '.' (`.git`, `.github`, editor swap files) are skipped, and so
+//! are symbolic links: following them could loop or edit a file outside the
+//! directory. Files that cannot be read or are not UTF-8 are skipped with a
+//! warning, like files that do not parse. A single-file scope (Helm values,
+//! Argo CD source file) is read directly, hidden name or not.
+//!
+//! Several files (setter markers) are each replaced atomically, one after the
+//! other, only after all of them were planned and verified (an I/O error
+//! part-way leaves the ones already written).
 
 use std::fmt;
 use std::fs;
@@ -18,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::edit::{ImageChange, plan_workload_edit};
+use super::target::{ReadScope, TargetSpec, normalize, plan_edit};
 use super::{EditError, Warning, WorkloadTarget};
 
 /// What `set_image` did: `file` was rewritten from `old` to `new`
@@ -83,7 +91,11 @@ pub fn set_image(
     })?;
     warnings.append(&mut plan.warnings);
 
-    let Some(manifest) = manifests.get(plan.located.file_index) else {
+    let Some(manifest) = plan
+        .located
+        .as_ref()
+        .and_then(|located| manifests.get(located.file_index))
+    else {
         return Err(EditError::StaleLocation { file: plan.file });
     };
     let Some(edit) = plan.edit else {
@@ -101,6 +113,194 @@ pub fn set_image(
         old: edit.old,
         new: edit.new,
         changed: true,
+        warnings,
+    })
+}
+
+/// One file written by [`set_target`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub file: PathBuf,
+    /// The image (or tag) before and after; `old` is empty when the target
+    /// was added.
+    pub old: String,
+    pub new: String,
+    /// The file did not exist and was created.
+    pub created: bool,
+}
+
+/// What [`set_target`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetTargetOutcome {
+    /// The files written; empty when the image was already current.
+    pub changes: Vec<FileChange>,
+    /// The file holding the image (the first one for setter markers).
+    pub file: PathBuf,
+    /// The image before (empty when the target did not exist yet).
+    pub current: String,
+    /// Files that were skipped while searching, and other notes.
+    pub warnings: Vec<Warning>,
+}
+
+impl fmt::Display for SetTargetOutcome {
+    /// One line per file: `updated FILE: OLD -> NEW`, `updated FILE: added
+    /// NEW`, `created FILE: NEW`; or `unchanged: FILE already uses CURRENT`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.changes.is_empty() {
+            return write!(
+                f,
+                "unchanged: {} already uses {}",
+                self.file.display(),
+                self.current
+            );
+        }
+        for (i, change) in self.changes.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            let file = change.file.display();
+            if change.created {
+                write!(f, "created {file}: {}", change.new)?;
+            } else if change.old.is_empty() {
+                write!(f, "updated {file}: added {}", change.new)?;
+            } else {
+                write!(f, "updated {file}: {} -> {}", change.old, change.new)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sets the image of `target` in the files under `root`, the directory the
+/// target's paths are relative to (the repository root, or any directory
+/// when the paths are empty). Reads what [`TargetSpec::scope`] names, plans
+/// with [`plan_edit`], and writes the planned files. Nothing is written
+/// unless every file was planned and verified; only an I/O error part-way
+/// through several files (setter markers) can leave some of them written.
+pub fn set_target(
+    root: &Path,
+    target: &TargetSpec,
+    change: &ImageChange,
+) -> Result<SetTargetOutcome, EditError> {
+    let mut warnings = Vec::new();
+    let manifests = match target.scope() {
+        ReadScope::Dir(dir) => {
+            let prefix = normalize(&dir);
+            let mut manifests = collect_manifests(&root.join(&prefix), &mut warnings)?;
+            if !prefix.is_empty() {
+                for m in &mut manifests {
+                    m.name = format!("{prefix}/{}", m.name);
+                }
+                for w in &mut warnings {
+                    w.file = format!("{prefix}/{}", w.file);
+                }
+            }
+            manifests
+        }
+        ReadScope::File(file) => {
+            let name = normalize(&file);
+            let path = root.join(&name);
+            match fs::read(&path) {
+                Ok(bytes) => vec![Manifest {
+                    contents: String::from_utf8(bytes).map_err(|_| EditError::InvalidFile {
+                        file: name.clone(),
+                        reason: "not valid UTF-8".to_owned(),
+                    })?,
+                    path,
+                    name,
+                }],
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(io_error("read", &path)(e)),
+            }
+        }
+    };
+    let files: Vec<(&str, &str)> = manifests
+        .iter()
+        .map(|m| (m.name.as_str(), m.contents.as_str()))
+        .collect();
+    // Messages name files as paths on disk.
+    let shown = |name: String| {
+        if name == "." {
+            root.display().to_string()
+        } else {
+            root.join(name).display().to_string()
+        }
+    };
+    let plan = plan_edit(&files, target, change).map_err(|error| match error {
+        // Files skipped while reading are as relevant as unparsable ones.
+        EditError::TargetNotFound {
+            target,
+            reason,
+            skipped,
+        } => EditError::TargetNotFound {
+            target,
+            reason,
+            skipped: warnings.iter().cloned().chain(skipped).collect(),
+        },
+        EditError::NotFoundIn {
+            file,
+            what,
+            skipped,
+        } => EditError::NotFoundIn {
+            file: shown(file),
+            what,
+            skipped: warnings.iter().cloned().chain(skipped).collect(),
+        },
+        EditError::MissingFile { file, what } => EditError::MissingFile {
+            file: shown(file),
+            what,
+        },
+        EditError::InvalidFile { file, reason } => EditError::InvalidFile {
+            file: shown(file),
+            reason,
+        },
+        EditError::AmbiguousIn { file, what, detail } => EditError::AmbiguousIn {
+            file: shown(file),
+            what,
+            detail,
+        },
+        other => other,
+    })?;
+    warnings.extend(plan.warnings.iter().cloned());
+
+    let path_of = |name: &str| {
+        manifests
+            .iter()
+            .find(|m| m.name == name)
+            .map_or_else(|| root.join(name), |m| m.path.clone())
+    };
+    // Check every destination before writing anything.
+    for edit in plan.edits() {
+        if edit.creates_file {
+            let path = path_of(&edit.file);
+            let parent = path.parent().unwrap_or_else(|| Path::new("."));
+            if !parent.as_os_str().is_empty() && !parent.is_dir() {
+                return Err(EditError::MissingFile {
+                    file: parent.display().to_string(),
+                    what: "the directory".to_owned(),
+                });
+            }
+        }
+    }
+    let mut changes = Vec::new();
+    for edit in plan.edits() {
+        let path = path_of(&edit.file);
+        if edit.creates_file {
+            write_new(&path, &edit.new_contents)?;
+        } else {
+            write_atomically(&path, &edit.new_contents)?;
+        }
+        changes.push(FileChange {
+            file: path,
+            old: edit.old.clone(),
+            new: edit.new.clone(),
+            created: edit.creates_file,
+        });
+    }
+    Ok(SetTargetOutcome {
+        changes,
+        file: path_of(&plan.file),
+        current: plan.current,
         warnings,
     })
 }
@@ -123,7 +323,7 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) ->
 
 fn is_manifest_name(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    lower.ends_with(".yaml") || lower.ends_with(".yml")
+    lower.ends_with(".yaml") || lower.ends_with(".yml") || name == "Kustomization"
 }
 
 fn collect_manifests(root: &Path, warnings: &mut Vec<Warning>) -> Result<Vec<Manifest>, EditError> {
@@ -231,10 +431,39 @@ fn write_atomically(path: &Path, contents: &str) -> Result<(), EditError> {
     Ok(())
 }
 
+/// Creates `path` with `contents`, atomically and without replacing a file
+/// that appeared meanwhile. Readable by everyone, like files made by hand.
+fn write_new(path: &Path, contents: &str) -> Result<(), EditError> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."));
+    let mut temp = tempfile::Builder::new()
+        .prefix(".imagewatch-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io_error("create a temporary file in", dir))?;
+    temp.write_all(contents.as_bytes())
+        .map_err(io_error("write a temporary file for", path))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        temp.as_file()
+            .set_permissions(fs::Permissions::from_mode(0o644))
+            .map_err(io_error("set permissions on a temporary file for", path))?;
+    }
+    temp.as_file()
+        .sync_all()
+        .map_err(io_error("flush a temporary file for", path))?;
+    temp.persist_noclobber(path)
+        .map_err(|e| io_error("create", path)(e.error))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifests::WorkloadKind;
+    use crate::manifests::{TargetSpec, WorkloadKind};
 
     const WEB: &str = "\
 apiVersion: apps/v1
@@ -440,6 +669,168 @@ spec:
         assert_eq!(
             fs::read_to_string(other).unwrap(),
             WEB.replace("web", "api")
+        );
+    }
+
+    fn spec_kustomize(path: &str) -> TargetSpec {
+        TargetSpec::Kustomize {
+            path: path.into(),
+            image: "web".into(),
+        }
+    }
+
+    #[test]
+    fn set_target_kustomize_in_a_subdirectory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = "resources:\n- deploy.yaml\nimages:\n- name: web\n  newTag: v1\n";
+        let path = write(tmp.path(), "apps/web/kustomization.yaml", text);
+        write(tmp.path(), "apps/web/deploy.yaml", WEB);
+        let outcome = set_target(
+            tmp.path(),
+            &spec_kustomize("apps/web"),
+            &ImageChange::Tag("v2".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            outcome.to_string(),
+            format!("updated {}: web:v1 -> web:v2", path.display())
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), text.replace("v1", "v2"));
+        let again = set_target(
+            tmp.path(),
+            &spec_kustomize("apps/web"),
+            &ImageChange::Tag("v2".into()),
+        )
+        .unwrap();
+        assert!(again.changes.is_empty());
+        assert_eq!(
+            again.to_string(),
+            format!("unchanged: {} already uses web:v2", path.display())
+        );
+        // A file named `Kustomization` is found too.
+        let other = write(tmp.path(), "other/Kustomization", "images: []\n");
+        let outcome = set_target(
+            tmp.path(),
+            &spec_kustomize("other"),
+            &ImageChange::Tag("v3".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            outcome.to_string(),
+            format!("updated {}: added web:v3", other.display())
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn set_target_creates_the_argocd_source_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = TargetSpec::ArgocdSource {
+            path: "apps/web".into(),
+            application: "web".into(),
+            image: "web".into(),
+        };
+        let change = ImageChange::Image("ghcr.io/acme/web:v1".into());
+        let err = set_target(tmp.path(), &spec, &change).unwrap_err();
+        assert!(
+            matches!(err, EditError::MissingFile { ref what, .. } if what == "the directory"),
+            "{err}"
+        );
+        fs::create_dir_all(tmp.path().join("apps/web")).unwrap();
+        let outcome = set_target(tmp.path(), &spec, &change).unwrap();
+        let path = tmp.path().join("apps/web/.argocd-source-web.yaml");
+        assert_eq!(
+            outcome.to_string(),
+            format!("created {}: ghcr.io/acme/web:v1", path.display())
+        );
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "kustomize:\n  images:\n  - web=ghcr.io/acme/web:v1\n"
+        );
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        assert!(
+            set_target(tmp.path(), &spec, &change)
+                .unwrap()
+                .changes
+                .is_empty()
+        );
+        assert!(
+            !listing(tmp.path())
+                .iter()
+                .any(|n| n.contains(".imagewatch-"))
+        );
+    }
+
+    #[test]
+    fn set_target_writes_every_setter_file_or_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a_text = "image: acme/web:v1 # {\"$imagewatch\": \"apps:web\"}\n";
+        let b_text = "tag: v1 # {\"$imagewatch\": \"apps:web:tag\"}\n";
+        let a = write(tmp.path(), "a.yaml", a_text);
+        let b = write(tmp.path(), "sub/b.yml", b_text);
+        let spec = TargetSpec::Setter {
+            path: String::new(),
+            marker: "apps:web".into(),
+        };
+        let outcome = set_target(tmp.path(), &spec, &ImageChange::Tag("v2".into())).unwrap();
+        assert_eq!(
+            outcome.to_string(),
+            format!(
+                "updated {}: acme/web:v1 -> acme/web:v2\nupdated {}: v1 -> v2",
+                a.display(),
+                b.display()
+            )
+        );
+        assert_eq!(fs::read_to_string(&a).unwrap(), a_text.replace("v1", "v2"));
+        assert_eq!(fs::read_to_string(&b).unwrap(), b_text.replace("v1", "v2"));
+        // A digest-only image cannot go into the tag marker: nothing is written.
+        let err = set_target(
+            tmp.path(),
+            &spec,
+            &ImageChange::Image(
+                "acme/web@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+                    .into(),
+            ),
+        )
+        .unwrap_err();
+        assert!(matches!(err, EditError::NewImageWithoutTag { .. }), "{err}");
+        assert_eq!(fs::read_to_string(&a).unwrap(), a_text.replace("v1", "v2"));
+    }
+
+    #[test]
+    fn set_target_helm_errors_name_the_path_and_write_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = "image:\n  tag: v1\n";
+        let path = write(tmp.path(), "values.yaml", text);
+        let spec = |key: &str| TargetSpec::Helm {
+            file: "values.yaml".into(),
+            key: key.into(),
+        };
+        let err = set_target(
+            tmp.path(),
+            &spec("image.tga"),
+            &ImageChange::Tag("v2".into()),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the key path \"image.tga\" (image has no key \"tga\") was not found in {}",
+                path.display()
+            )
+        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), text);
+        let outcome = set_target(
+            tmp.path(),
+            &spec("image.tag"),
+            &ImageChange::Tag("v2".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            outcome.to_string(),
+            format!("updated {}: v1 -> v2", path.display())
         );
     }
 }

@@ -2,7 +2,10 @@
 //! of any of them: the controller's git writer reads the [`ReadScope`] of a target from the
 //! tree, then calls [`plan_edit`].
 
-use super::{EditError, ImageChange, Plan, WorkloadTarget, plan_workload_edit};
+use super::{
+    EditError, ImageChange, Plan, WorkloadTarget, argocd, helm, kustomize, plan_workload_edit,
+    setter, yaml,
+};
 
 /// A place in the repository that holds one image reference.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -25,7 +28,8 @@ pub enum TargetSpec {
     Helm {
         /// The values file.
         file: String,
-        /// Key path of the tag.
+        /// Key path of the tag (or of a full image: a value containing `/` or `:`);
+        /// `[N]` indexes lists (`sidecars[0].image.tag`), `\.` is a dot inside a key.
         key: String,
     },
     /// Argo CD's `.argocd-source-<application>.yaml` in `path`.
@@ -65,31 +69,148 @@ impl TargetSpec {
             Self::Helm { file, .. } => ReadScope::File(file.clone()),
             Self::ArgocdSource {
                 path, application, ..
-            } => ReadScope::File(join(path, &format!(".argocd-source-{application}.yaml"))),
+            } => ReadScope::File(Self::argocd_file(path, application)),
         }
     }
 }
 
-fn join(dir: &str, name: &str) -> String {
-    let dir = dir.trim_matches('/');
-    if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
+/// `path` without empty and `.` components, `/`-separated (`./apps//web/`
+/// is `apps/web`). Used to match the caller's file names against target
+/// paths.
+pub(crate) fn normalize(path: &str) -> String {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `dir/name`, normalized.
+pub(crate) fn join(dir: &str, name: &str) -> String {
+    normalize(&format!("{dir}/{name}"))
+}
+
+/// The file named `wanted` (compared after normalizing both names):
+/// its index, name as given, and contents.
+pub(crate) fn find_file<'f, 't, N: AsRef<str>>(
+    files: &'f [(N, &'t str)],
+    wanted: &str,
+) -> Option<(usize, &'f str, &'t str)> {
+    let wanted = normalize(wanted);
+    files
+        .iter()
+        .enumerate()
+        .find(|(_, (name, _))| normalize(name.as_ref()) == wanted)
+        .map(|(i, (name, text))| (i, name.as_ref(), *text))
+}
+
+impl TargetSpec {
+    /// The Argo CD source file of an [`TargetSpec::ArgocdSource`] target.
+    fn argocd_file(path: &str, application: &str) -> String {
+        join(path, &format!(".argocd-source-{application}.yaml"))
     }
 }
 
 /// Plans the edit of `target` in `files` (`(repo-relative path, contents)`, as read for
-/// [`TargetSpec::scope`]). Pure.
+/// [`TargetSpec::scope`]; a [`ReadScope::File`] that does not exist is simply absent).
+/// Pure. See [`super::edit`] for how to read the [`Plan`], and each kind's module
+/// documentation for its exact semantics:
+/// * Workload: [`super::locate`] and [`super::edit`];
+/// * Kustomize: the `images:` entry named `image` of `path`'s kustomization;
+/// * Helm: the scalar at `key` of `file` (a tag, or a full image);
+/// * ArgocdSource: `kustomize.images` (or matching `helm.parameters`) of
+///   `.argocd-source-<application>.yaml`, created when missing;
+/// * Setter: every value marked `# {"$imagewatch": "<marker>[:tag|:name]"}`.
+///
+/// Every edit except a workload's (which checks itself) is verified by
+/// planning again on the edited files, which must find nothing left to do.
 pub fn plan_edit<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &TargetSpec,
+    change: &ImageChange,
+) -> Result<Plan, EditError> {
+    if let TargetSpec::Workload { target, .. } = target {
+        return plan_workload_edit(files, target, change);
+    }
+    change.validate().map_err(EditError::InvalidNewImage)?;
+    let plan = plan_unverified(files, target, change)?;
+    verify(files, target, change, &plan)?;
+    Ok(plan)
+}
+
+fn plan_unverified<N: AsRef<str>>(
     files: &[(N, &str)],
     target: &TargetSpec,
     change: &ImageChange,
 ) -> Result<Plan, EditError> {
     match target {
         TargetSpec::Workload { target, .. } => plan_workload_edit(files, target, change),
-        other => Err(EditError::UnsupportedTarget(format!(
-            "target {other:?} is not supported yet"
-        ))),
+        TargetSpec::Kustomize { path, image } => kustomize::plan(files, path, image, change),
+        TargetSpec::Helm { file, key } => helm::plan(files, file, key, change),
+        TargetSpec::ArgocdSource {
+            path,
+            application,
+            image,
+        } => argocd::plan(
+            files,
+            &TargetSpec::argocd_file(path, application),
+            image,
+            change,
+        ),
+        TargetSpec::Setter { path, marker } => setter::plan(files, path, marker, change),
     }
+}
+
+/// Plans again on the edited files: every edited file must parse, and
+/// nothing may be left to change (the new image reads back).
+fn verify<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &TargetSpec,
+    change: &ImageChange,
+    plan: &Plan,
+) -> Result<(), EditError> {
+    let Some(first) = &plan.edit else {
+        return Ok(());
+    };
+    let fail = |file: &str, detail: String| EditError::VerificationFailed {
+        file: file.to_owned(),
+        detail,
+    };
+    let mut edited: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_ref(), *t)).collect();
+    for edit in plan.edits() {
+        yaml::parse_stream(&edit.new_contents)
+            .map_err(|e| fail(&edit.file, format!("the edited file does not parse: {e}")))?;
+        if edit.creates_file {
+            edited.push((&edit.file, &edit.new_contents));
+        } else {
+            let slot = edited
+                .get_mut(edit.file_index)
+                .filter(|(name, _)| *name == edit.file)
+                .ok_or_else(|| EditError::StaleLocation {
+                    file: edit.file.clone(),
+                })?;
+            slot.1 = &edit.new_contents;
+        }
+    }
+    let again = plan_unverified(&edited, target, change)
+        .map_err(|e| fail(&first.file, format!("the target cannot be read back: {e}")))?;
+    if let Some(more) = again.edits().next() {
+        return Err(fail(
+            &more.file,
+            format!(
+                "the image reads {:?} afterwards, so a second run would change it again",
+                more.old
+            ),
+        ));
+    }
+    // Setter plans describe several values; the others must read `new`.
+    if !matches!(target, TargetSpec::Setter { .. }) && again.current != first.new {
+        return Err(fail(
+            &first.file,
+            format!(
+                "the image reads {:?} afterwards instead of {:?}",
+                again.current, first.new
+            ),
+        ));
+    }
+    Ok(())
 }

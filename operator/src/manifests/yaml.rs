@@ -57,8 +57,11 @@ pub(crate) enum NodeKind {
 pub(crate) struct Node {
     pub kind: NodeKind,
     /// Byte range reported by the parser (for scalars it includes any
-    /// properties and the quotes).
+    /// properties and the quotes). For block collections only the start is
+    /// meaningful; use [`Stream::end_of`] for where a node's text ends.
     pub span: Range<usize>,
+    /// Whether a collection is written in flow style (`[a, b]`, `{k: v}`).
+    pub flow: bool,
 }
 
 /// All documents of one YAML stream (one file).
@@ -97,6 +100,36 @@ impl Stream {
             }
         }
         found.map_or(Lookup::Missing, Lookup::Found)
+    }
+
+    /// Byte offset just after the last token of `id` (closing bracket of a
+    /// flow collection, last scalar of a block one). Walks down the last
+    /// children iteratively.
+    pub fn end_of(&self, text: &str, id: NodeId) -> usize {
+        let mut id = id;
+        loop {
+            let node = &self.nodes[id];
+            match &node.kind {
+                NodeKind::Scalar { .. } => {
+                    return scalar_token(text, node).map_or(node.span.end, |r| r.end);
+                }
+                NodeKind::Alias => return node.span.end,
+                _ if node.flow => return node.span.end,
+                NodeKind::Sequence(items) => match items.last() {
+                    Some(&last) => id = last,
+                    None => return node.span.end,
+                },
+                NodeKind::Mapping(entries) => match entries.last() {
+                    // An empty value (`key:`) has a zero-width span; the key
+                    // is then the last token.
+                    Some(&(key, value)) => {
+                        let v = &self.nodes[value];
+                        id = if v.span.is_empty() { key } else { value };
+                    }
+                    None => return node.span.end,
+                },
+            }
+        }
     }
 
     /// A mapping value that is a non-null scalar, as a string.
@@ -184,13 +217,23 @@ pub(crate) fn parse_stream(text: &str) -> Result<Stream, YamlError> {
 enum Frame {
     Sequence {
         start: usize,
+        flow: bool,
         items: Vec<NodeId>,
     },
     Mapping {
         start: usize,
+        flow: bool,
         entries: Vec<(NodeId, NodeId)>,
         key: Option<NodeId>,
     },
+}
+
+/// Whether a collection start event (its span covers the node properties
+/// and, for flow collections only, the opening bracket) opens a flow
+/// collection.
+fn opens_flow(text: &str, range: &Range<usize>) -> bool {
+    text.get(range.clone())
+        .is_some_and(|t| t.trim_end().ends_with(['[', '{']))
 }
 
 fn build(text: &str) -> Result<Stream, YamlError> {
@@ -227,15 +270,18 @@ fn build(text: &str) -> Result<Stream, YamlError> {
                         tag,
                     },
                     span: range,
+                    flow: false,
                 })
             }
             Event::Alias(_) => Some(Node {
                 kind: NodeKind::Alias,
                 span: range,
+                flow: false,
             }),
             Event::SequenceStart(..) => {
                 stack.push(Frame::Sequence {
                     start: range.start,
+                    flow: opens_flow(text, &range),
                     items: Vec::new(),
                 });
                 None
@@ -243,26 +289,30 @@ fn build(text: &str) -> Result<Stream, YamlError> {
             Event::MappingStart(..) => {
                 stack.push(Frame::Mapping {
                     start: range.start,
+                    flow: opens_flow(text, &range),
                     entries: Vec::new(),
                     key: None,
                 });
                 None
             }
             Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Sequence { start, items }) => Some(Node {
+                Some(Frame::Sequence { start, flow, items }) => Some(Node {
                     kind: NodeKind::Sequence(items),
                     span: start..range.end.max(start),
+                    flow,
                 }),
                 _ => return Err(YamlError::Structure("unbalanced sequence end")),
             },
             Event::MappingEnd => match stack.pop() {
                 Some(Frame::Mapping {
                     start,
+                    flow,
                     entries,
                     key: None,
                 }) => Some(Node {
                     kind: NodeKind::Mapping(entries),
                     span: start..range.end.max(start),
+                    flow,
                 }),
                 _ => return Err(YamlError::Structure("unbalanced mapping end")),
             },
