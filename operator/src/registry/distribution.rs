@@ -5,8 +5,15 @@
 //! (`HEAD /v2/<name>/manifests/<ref>`). Authentication follows the registry's challenges
 //! (see [`super::auth`]). It is the [`TagSource`] for every registry that has no dedicated
 //! API client; ECR gets its own source later but can also be read through this one.
+//!
+//! Every request waits for its registry's rate limit and is retried a bounded number of times
+//! on 5xx answers and transport failures; a 429 pauses the registry (see
+//! [`super::ratelimit`]). Per-host settings (plain HTTP, an extra CA, rates, lookup budget)
+//! come from [`super::settings`]. Created times for `Newest` ordering are read by
+//! [`RegistryClient::list_tags_with_times`] (see [`super::metadata`]).
 
 use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,38 +28,53 @@ use super::auth::{
     parse_www_authenticate, select_scheme,
 };
 use super::error::{RegistryError, parse_error_body, parse_retry_after};
+use super::metadata::MetadataCache;
+use super::ratelimit::{
+    Bucket, DEFAULT_RATE_LIMIT_PAUSE, MAX_PAUSE_WAIT, RetryPolicy, WarnThrottle,
+    is_retryable_status,
+};
 use super::reference::{RepositoryRef, is_valid_digest, is_valid_tag};
+use super::settings::{
+    DEFAULT_SETTINGS_KEY, Limits, RegistrySettings, host_key, limits_for, normalize_registries,
+    parse_ca_pem,
+};
 use super::{TagInfo, TagSource};
 
 /// Manifest media types asked for when resolving digests. Multi-arch indexes come first: the
 /// digest users pin is the one `docker pull <tag>` resolves, which for multi-arch images is
 /// the index, not one platform's manifest.
-const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+pub(super) const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 application/vnd.docker.distribution.manifest.list.v2+json, \
 application/vnd.oci.image.manifest.v1+json, \
 application/vnd.docker.distribution.manifest.v2+json";
 
 const DIGEST_HEADER: &str = "docker-content-digest";
 
+/// A host's failures are logged at `warn` at most once per this window, at `debug` otherwise.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
 /// The OCI spec lets registries refuse manifests above 4 MiB, so a larger body is not a
 /// manifest; the cap protects memory when hashing for the digest fallback.
-const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+pub(super) const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 /// One page of tags. Even 100 000 tags of 128 characters fit; a larger answer is broken.
 const MAX_TAGS_PAGE_BYTES: usize = 32 * 1024 * 1024;
 /// Error and token bodies are small; anything beyond is cut (errors) or refused (tokens).
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 const MAX_TOKEN_BODY_BYTES: usize = 1024 * 1024;
 
-/// Settings for [`RegistryClient`].
+/// Settings for [`RegistryClient`]. Per-host settings (CA, rates, budget) are passed next to
+/// these, to [`RegistryClient::with_registries`].
 #[derive(Debug, Clone)]
 pub struct RegistryOptions {
     /// `host[:port]` values reached over plain HTTP instead of HTTPS (local or in-cluster
     /// registries without TLS). Compared case-insensitively; a scheme or trailing `/` is
-    /// ignored.
+    /// ignored. Same as `insecure: true` in [`RegistrySettings`].
     pub insecure_hosts: Vec<String>,
     /// `User-Agent` sent on every request.
     pub user_agent: String,
-    /// Whole-request timeout (connect, send, and read the full body).
+    /// Whole-request timeout (connect, send, and read the full body). A request that times
+    /// out is retried twice, so one call to an unresponsive registry takes about three times
+    /// this.
     pub timeout: Duration,
 }
 
@@ -91,23 +113,43 @@ impl Default for TagPaging {
     }
 }
 
-/// Client for the OCI distribution API. Cheap to clone; clones share the HTTP connection
-/// pool, the learnt authentication schemes and the token cache.
-#[derive(Clone)]
-pub struct RegistryClient {
-    inner: Arc<Inner>,
+/// Knobs that users have no reason to turn but tests do.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tuning {
+    pub paging: TagPaging,
+    pub retry: RetryPolicy,
+    /// DNS overrides (host → address), so tests can serve real registry names locally.
+    pub resolve: Vec<(String, SocketAddr)>,
 }
 
-struct Inner {
+/// Client for the OCI distribution API. Cheap to clone; clones share the HTTP connection
+/// pools, the learnt authentication schemes, the token cache, the rate limits and the
+/// created-time cache.
+#[derive(Clone)]
+pub struct RegistryClient {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    /// Client for hosts without their own CA (trusting the `*` CA, if one is configured).
     http: reqwest::Client,
+    /// Clients for hosts with their own CA.
+    tls_clients: HashMap<String, reqwest::Client>,
     options: RegistryOptions,
     paging: TagPaging,
+    retry: RetryPolicy,
     insecure_hosts: HashSet<String>,
+    /// Normalised per-host settings, `*` included.
+    registries: HashMap<String, RegistrySettings>,
+    buckets: Mutex<HashMap<String, Arc<Bucket>>>,
+    warnings: WarnThrottle,
     /// Scheme each registry asked for last, so later requests authenticate up front
     /// instead of paying a 401 round trip every time.
     schemes: Mutex<HashMap<String, AuthScheme>>,
     tokens: TokenCache,
     token_fetches: AtomicU64,
+    pub(super) metadata: MetadataCache,
+    pub(super) metadata_fetches: AtomicU64,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -129,7 +171,7 @@ enum SentAuth {
 
 /// What a request is for; decides how a 404 is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
+pub(super) enum Endpoint {
     Registry,
     TokenServer,
 }
@@ -141,35 +183,100 @@ impl RegistryClient {
         Self::with_paging(options, TagPaging::default())
     }
 
+    /// [`Self::new`] with per-host settings, as read by
+    /// [`parse_registries_config`](super::parse_registries_config) (keys are normalised and
+    /// values validated again here). A host with `caPem` gets its own HTTP client.
+    pub fn with_registries(
+        options: RegistryOptions,
+        registries: HashMap<String, RegistrySettings>,
+    ) -> Result<Self, RegistryError> {
+        Self::build(options, registries, Tuning::default())
+    }
+
     /// [`Self::new`] with non-default tag paging.
     pub fn with_paging(options: RegistryOptions, paging: TagPaging) -> Result<Self, RegistryError> {
+        Self::build(
+            options,
+            HashMap::new(),
+            Tuning {
+                paging,
+                ..Tuning::default()
+            },
+        )
+    }
+
+    pub(crate) fn build(
+        options: RegistryOptions,
+        registries: HashMap<String, RegistrySettings>,
+        tuning: Tuning,
+    ) -> Result<Self, RegistryError> {
         if rustls::crypto::CryptoProvider::get_default().is_none() {
             // Losing a race with another installer is fine: some provider is then in place.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        let http = reqwest::Client::builder()
-            .user_agent(options.user_agent.clone())
-            .timeout(options.timeout)
-            .connect_timeout(options.timeout.min(Duration::from_secs(10)))
-            .build()
-            .map_err(|e| {
+        let registries = normalize_registries(registries)?;
+        let http_client = |extra_ca: Option<&str>| -> Result<reqwest::Client, RegistryError> {
+            let mut builder = reqwest::Client::builder()
+                .user_agent(options.user_agent.clone())
+                .timeout(options.timeout)
+                .connect_timeout(options.timeout.min(Duration::from_secs(10)));
+            for (host, addr) in &tuning.resolve {
+                builder = builder.resolve(host, *addr);
+            }
+            if let Some(pem) = extra_ca {
+                let certs = parse_ca_pem(pem).map_err(RegistryError::InvalidConfig)?;
+                builder = builder.tls_certs_merge(certs);
+            }
+            builder.build().map_err(|e| {
                 RegistryError::Transport(format!("cannot build HTTP client: {}", error_chain(&e)))
-            })?;
+            })
+        };
+        let default_ca = registries
+            .get(DEFAULT_SETTINGS_KEY)
+            .and_then(|s| s.ca_pem.as_deref());
+        let http = http_client(default_ca)?;
+        let mut tls_clients = HashMap::new();
+        for (host, settings) in &registries {
+            if host == DEFAULT_SETTINGS_KEY {
+                continue;
+            }
+            if let Some(pem) = settings.ca_pem.as_deref() {
+                // The host's CA comes in addition to the `*` one.
+                let combined = match default_ca {
+                    Some(default) => format!("{pem}\n{default}"),
+                    None => pem.to_string(),
+                };
+                tls_clients.insert(host.clone(), http_client(Some(&combined))?);
+            }
+        }
         let insecure_hosts = options
             .insecure_hosts
             .iter()
             .map(|h| normalize_host(h))
             .filter(|h| !h.is_empty())
+            .chain(
+                registries
+                    .iter()
+                    .filter(|(_, s)| s.insecure)
+                    .map(|(h, _)| h.clone()),
+            )
             .collect();
         Ok(RegistryClient {
             inner: Arc::new(Inner {
                 http,
+                tls_clients,
                 options,
-                paging,
+                paging: tuning.paging,
+                retry: tuning.retry,
                 insecure_hosts,
+                registries,
+                buckets: Mutex::new(HashMap::new()),
+                warnings: WarnThrottle::new(WARN_EVERY),
                 schemes: Mutex::new(HashMap::new()),
                 tokens: TokenCache::default(),
                 token_fetches: AtomicU64::new(0),
+                metadata: MetadataCache::default(),
+                metadata_fetches: AtomicU64::new(0),
             }),
         })
     }
@@ -177,6 +284,48 @@ impl RegistryClient {
     /// Number of bearer-token requests made so far by this client and its clones.
     pub fn token_fetches(&self) -> u64 {
         self.inner.token_fetches.load(Ordering::Relaxed)
+    }
+
+    /// Number of manifest and config-blob `GET`s made so far to read created times.
+    pub fn metadata_fetches(&self) -> u64 {
+        self.inner.metadata_fetches.load(Ordering::Relaxed)
+    }
+
+    /// Created-time lookups per repository per scan for `host`: its `metadataBudget`, else
+    /// the `*` one, else the default (lower for Docker Hub, where each lookup of a new image
+    /// counts as a pull).
+    pub fn metadata_budget(&self, host: &str) -> u32 {
+        self.limits(host).metadata_budget
+    }
+
+    /// How long requests to `host` remain paused after a 429, if they are.
+    pub fn paused_for(&self, host: &str) -> Option<Duration> {
+        self.bucket(host).paused_for_at(tokio::time::Instant::now())
+    }
+
+    fn limits(&self, host: &str) -> Limits {
+        limits_for(&self.inner.registries, &host_key(host))
+    }
+
+    /// The rate-limit bucket of a registry host, created on first use.
+    fn bucket(&self, host: &str) -> Arc<Bucket> {
+        let host = host_key(host);
+        let mut buckets = self.inner.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bucket) = buckets.get(&host) {
+            return bucket.clone();
+        }
+        let limits = limits_for(&self.inner.registries, &host);
+        let bucket = Arc::new(Bucket::new(limits.rate_per_second, limits.burst));
+        buckets.insert(host, bucket.clone());
+        bucket
+    }
+
+    /// The HTTP client for `host`: its own when it has a CA configured.
+    fn http_for(&self, host: &str) -> &reqwest::Client {
+        self.inner
+            .tls_clients
+            .get(&host_key(host))
+            .unwrap_or(&self.inner.http)
     }
 
     /// Lists all tags of `repo`, following pagination. Tags that do not match the tag
@@ -351,7 +500,11 @@ impl RegistryClient {
         }
     }
 
-    fn repo_url(&self, repo: &RepositoryRef, suffix: &str) -> Result<Url, RegistryError> {
+    pub(super) fn repo_url(
+        &self,
+        repo: &RepositoryRef,
+        suffix: &str,
+    ) -> Result<Url, RegistryError> {
         let scheme = self.scheme_for(&repo.registry);
         let text = format!("{scheme}://{}/v2/{}/{suffix}", repo.registry, repo.path);
         Url::parse(&text).map_err(|e| {
@@ -369,12 +522,108 @@ impl RegistryClient {
         schemes.insert(registry.to_string(), scheme.clone());
     }
 
+    /// Sends one request on behalf of `registry`: waits for the registry's rate limit,
+    /// retries 5xx answers and transport failures (see [`RetryPolicy`]), and pauses the
+    /// registry after a 429. Returns the last response, whatever its status; a 429 is
+    /// returned (not retried) so the caller reports it as `RateLimited`.
+    async fn execute(
+        &self,
+        registry: &str,
+        request: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, RegistryError> {
+        let bucket = self.bucket(registry);
+        let retry = self.inner.retry;
+        let mut retries = 0;
+        loop {
+            if let Err(remaining) = bucket.acquire(MAX_PAUSE_WAIT).await {
+                // Round up, so a requeue after it does not land just before the pause ends.
+                let secs = remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0);
+                tracing::debug!(registry, paused_s = secs, "registry is paused after a 429");
+                return Err(RegistryError::RateLimited {
+                    registry: registry.to_string(),
+                    retry_after: Some(Duration::from_secs(secs)),
+                    message:
+                        "requests are paused after the registry answered 429 Too Many Requests"
+                            .into(),
+                });
+            }
+            let outcome = request().send().await;
+            let failure = match outcome {
+                Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
+                    let retry_after = response
+                        .headers()
+                        .get(RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
+                    let pause = retry_after.unwrap_or(DEFAULT_RATE_LIMIT_PAUSE);
+                    bucket.pause_until(tokio::time::Instant::now() + pause);
+                    if self.inner.warnings.should_warn(registry) {
+                        tracing::warn!(
+                            registry,
+                            pause_s = pause.as_secs(),
+                            "registry answered 429 Too Many Requests; pausing requests to it"
+                        );
+                    } else {
+                        tracing::debug!(
+                            registry,
+                            pause_s = pause.as_secs(),
+                            "registry answered 429 Too Many Requests"
+                        );
+                    }
+                    return Ok(response);
+                }
+                Ok(response) if is_retryable_status(response.status().as_u16()) => {
+                    if retries >= retry.retries {
+                        if self.inner.warnings.should_warn(registry) {
+                            tracing::warn!(
+                                registry,
+                                status = response.status().as_u16(),
+                                attempts = retries + 1,
+                                "registry keeps failing"
+                            );
+                        }
+                        return Ok(response);
+                    }
+                    format!("HTTP {}", response.status().as_u16())
+                }
+                Ok(response) => return Ok(response),
+                Err(error) => {
+                    let error = transport_error(error);
+                    // A certificate the client does not trust will not be trusted on retry.
+                    let hopeless = error
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .contains("certificate");
+                    if retries >= retry.retries || hopeless {
+                        if self.inner.warnings.should_warn(registry) {
+                            tracing::warn!(registry, attempts = retries + 1, %error, "registry unreachable");
+                        } else {
+                            tracing::debug!(registry, attempts = retries + 1, %error, "registry unreachable");
+                        }
+                        return Err(error);
+                    }
+                    error.to_string()
+                }
+            };
+            retries += 1;
+            let delay = retry.delay(retries);
+            tracing::debug!(
+                registry,
+                retry = retries,
+                delay_ms = delay.as_millis() as u64,
+                failure,
+                "retrying registry request"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     /// Sends one registry request, authenticating as the registry asks.
     ///
     /// At most two requests go out: one with whatever is known about the registry (nothing,
     /// Basic, or a cached token), and after a 401 one more with the scheme the challenge
     /// names. A second 401 is final. Non-401 responses are returned as they are.
-    async fn send(
+    pub(super) async fn send(
         &self,
         repo: &RepositoryRef,
         creds: &Credentials,
@@ -393,17 +642,19 @@ impl RegistryClient {
         };
 
         for attempt in 0..2 {
-            let mut request = self
-                .inner
-                .http
-                .request(method.clone(), url.clone())
-                .header(ACCEPT, accept);
-            match &auth {
-                Some(SentAuth::Basic(header)) => request = request.header(AUTHORIZATION, header),
-                Some(SentAuth::Bearer(token)) => request = request.bearer_auth(token),
-                None => {}
-            }
-            let response = request.send().await.map_err(transport_error)?;
+            let http = self.http_for(&repo.registry);
+            let response = self
+                .execute(&repo.registry, || {
+                    let request = http
+                        .request(method.clone(), url.clone())
+                        .header(ACCEPT, accept);
+                    match &auth {
+                        Some(SentAuth::Basic(header)) => request.header(AUTHORIZATION, header),
+                        Some(SentAuth::Bearer(token)) => request.bearer_auth(token),
+                        None => request,
+                    }
+                })
+                .await?;
             if response.status() != StatusCode::UNAUTHORIZED || attempt == 1 {
                 return Ok(response);
             }
@@ -482,47 +733,38 @@ impl RegistryClient {
         realm: &str,
         service: Option<&str>,
     ) -> Result<FetchedToken, RegistryError> {
-        let mut url = Url::parse(realm).map_err(|e| {
-            RegistryError::Protocol(format!(
-                "registry {} named an invalid token realm {realm:?}: {e}",
-                repo.registry
-            ))
-        })?;
-        match url.scheme() {
-            "https" => {}
-            "http" => {
-                // The realm comes from the network; never let it pull a password onto a
-                // plain-text connection unless the user marked that host as insecure.
-                let host = url_authority(&url);
-                if creds.basic_header().is_some() && self.scheme_for(&host) != "http" {
-                    return Err(RegistryError::Protocol(format!(
-                        "registry {} sent token realm {realm} over plain HTTP; refusing to send credentials there (add {host} to the insecure hosts if intended)",
-                        repo.registry
-                    )));
-                }
-            }
-            other => {
+        let url = token_url(&repo.registry, realm, service, scope)?;
+        if url.scheme() == "http" {
+            // The realm comes from the network; never let it pull a password onto a
+            // plain-text connection unless the user marked that host as insecure.
+            let host = url_authority(&url);
+            if creds.basic_header().is_some() && self.scheme_for(&host) != "http" {
                 return Err(RegistryError::Protocol(format!(
-                    "registry {} named a token realm with unsupported scheme {other:?}",
+                    "registry {} sent token realm {realm} over plain HTTP; refusing to send credentials there (add {host} to the insecure hosts if intended)",
                     repo.registry
                 )));
             }
         }
-        {
-            let mut query = url.query_pairs_mut();
-            if let Some(service) = service {
-                query.append_pair("service", service);
-            }
-            query.append_pair("scope", scope);
-        }
 
         self.inner.token_fetches.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(registry = %repo.registry, scope, "fetching registry token");
-        let mut request = self.inner.http.get(url).header(ACCEPT, "application/json");
-        if let Some(header) = creds.basic_header() {
-            request = request.header(AUTHORIZATION, header);
-        }
-        let response = request.send().await.map_err(transport_error)?;
+        // The token server may share the registry's private CA (same host, or a host of its
+        // own with settings); its requests count against the registry's rate limit.
+        let http = self
+            .inner
+            .tls_clients
+            .get(&url_authority(&url))
+            .unwrap_or_else(|| self.http_for(&repo.registry));
+        let basic = creds.basic_header();
+        let response = self
+            .execute(&repo.registry, || {
+                let request = http.get(url.clone()).header(ACCEPT, "application/json");
+                match &basic {
+                    Some(header) => request.header(AUTHORIZATION, header),
+                    None => request,
+                }
+            })
+            .await?;
         if !response.status().is_success() {
             return Err(read_failure(response)
                 .await
@@ -560,18 +802,56 @@ impl TagSource for RegistryClient {
     ) -> BoxFuture<'a, Result<Option<String>, RegistryError>> {
         Box::pin(self.manifest_digest(repo, reference, creds))
     }
+
+    fn list_with_times<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        creds: &'a Credentials,
+        budget: Option<u32>,
+    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>> {
+        Box::pin(async move { Ok(self.list_tags_with_times(repo, creds, budget).await?.tags) })
+    }
+}
+
+/// The token request URL for a Bearer challenge: the realm with `service` (when the challenge
+/// named one) and `scope` added to its query, as the Docker token spec describes.
+pub(crate) fn token_url(
+    registry: &str,
+    realm: &str,
+    service: Option<&str>,
+    scope: &str,
+) -> Result<Url, RegistryError> {
+    let mut url = Url::parse(realm).map_err(|e| {
+        RegistryError::Protocol(format!(
+            "registry {registry} named an invalid token realm {realm:?}: {e}"
+        ))
+    })?;
+    if !matches!(url.scheme(), "https" | "http") {
+        return Err(RegistryError::Protocol(format!(
+            "registry {registry} named a token realm with unsupported scheme {:?}",
+            url.scheme()
+        )));
+    }
+    {
+        let mut query = url.query_pairs_mut();
+        if let Some(service) = service {
+            query.append_pair("service", service);
+        }
+        query.append_pair("scope", scope);
+    }
+    Ok(url)
 }
 
 /// A failed response, read into what the error needs.
 #[derive(Debug)]
-struct Failure {
+pub(super) struct Failure {
     status: StatusCode,
     codes: Vec<String>,
     message: String,
     retry_after: Option<Duration>,
 }
 
-async fn read_failure(response: reqwest::Response) -> Failure {
+pub(super) async fn read_failure(response: reqwest::Response) -> Failure {
     let status = response.status();
     let retry_after = response
         .headers()
@@ -615,7 +895,7 @@ async fn read_failure(response: reqwest::Response) -> Failure {
 }
 
 impl Failure {
-    fn into_error(self, repo: &RepositoryRef, endpoint: Endpoint) -> RegistryError {
+    pub(super) fn into_error(self, repo: &RepositoryRef, endpoint: Endpoint) -> RegistryError {
         let registry = repo.registry.clone();
         match self.status {
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => RegistryError::Unauthorized {
@@ -646,7 +926,7 @@ impl Failure {
 
 /// Reads a whole body, failing if it exceeds `limit` (a registry sending more is broken or
 /// hostile, and memory must stay bounded).
-async fn read_body(
+pub(super) async fn read_body(
     mut response: reqwest::Response,
     limit: usize,
 ) -> Result<Vec<u8>, RegistryError> {
@@ -677,7 +957,7 @@ async fn read_body_truncated(mut response: reqwest::Response, limit: usize) -> V
     body
 }
 
-fn digest_header(headers: &HeaderMap) -> Result<Option<String>, RegistryError> {
+pub(super) fn digest_header(headers: &HeaderMap) -> Result<Option<String>, RegistryError> {
     let Some(value) = headers.get(DIGEST_HEADER) else {
         return Ok(None);
     };
@@ -791,7 +1071,7 @@ fn url_authority(url: &Url) -> String {
     }
 }
 
-fn normalize_host(host: &str) -> String {
+pub(super) fn normalize_host(host: &str) -> String {
     let lower = host.trim().to_ascii_lowercase();
     let without_scheme = lower
         .strip_prefix("https://")

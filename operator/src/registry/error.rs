@@ -55,6 +55,11 @@ pub enum RegistryError {
     /// The registry answered something that does not follow the distribution/token specs.
     #[error("registry protocol error: {0}")]
     Protocol(String),
+
+    /// The operator's own registry settings are invalid (see
+    /// [`parse_registries_config`](super::parse_registries_config)).
+    #[error("invalid registry settings: {0}")]
+    InvalidConfig(String),
 }
 
 impl RegistryError {
@@ -70,6 +75,7 @@ impl RegistryError {
             RegistryError::InvalidReference(_) => "invalid_reference",
             RegistryError::InvalidCredentials(_) => "invalid_credentials",
             RegistryError::Protocol(_) => "protocol",
+            RegistryError::InvalidConfig(_) => "invalid_config",
         }
     }
 

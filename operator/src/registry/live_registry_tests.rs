@@ -135,15 +135,66 @@ fn sha256_digest(bytes: &[u8]) -> String {
 /// Writes an OCI image layout with one image tagged `tag`: one empty gzipped tar layer and
 /// a config naming `architecture`. Returns the manifest digest.
 fn write_oci_layout(dir: &Path, tag: &str, architecture: &str) -> String {
+    write_image_layout(dir, tag, architecture, None)
+}
+
+/// [`write_oci_layout`] with a `created` time in the config.
+fn write_image_layout(dir: &Path, tag: &str, architecture: &str, created: Option<&str>) -> String {
+    let (digest, size) = put_image(dir, architecture, created);
+    write_index_json(
+        dir,
+        "application/vnd.oci.image.manifest.v1+json",
+        &digest,
+        size,
+        tag,
+    );
+    digest
+}
+
+/// A layout whose `tag` is a multi-platform image index of `images` (architecture, created).
+/// Returns the index digest.
+fn write_index_layout(dir: &Path, tag: &str, images: &[(&str, &str)]) -> String {
+    let manifests: Vec<serde_json::Value> = images
+        .iter()
+        .map(|(architecture, created)| {
+            let (digest, size) = put_image(dir, architecture, Some(created));
+            serde_json::json!({
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest,
+                "size": size,
+                "platform": {"os": "linux", "architecture": architecture},
+            })
+        })
+        .collect();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    })
+    .to_string();
+    let digest = put_blob(dir, index.as_bytes());
+    write_index_json(
+        dir,
+        "application/vnd.oci.image.index.v1+json",
+        &digest,
+        index.len(),
+        tag,
+    );
+    digest
+}
+
+fn put_blob(dir: &Path, bytes: &[u8]) -> String {
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();
-    let put_blob = |bytes: &[u8]| -> String {
-        let digest = sha256_digest(bytes);
-        let hex = digest.trim_start_matches("sha256:");
-        std::fs::write(blobs.join(hex), bytes).unwrap();
-        digest
-    };
+    let digest = sha256_digest(bytes);
+    let hex = digest.trim_start_matches("sha256:");
+    std::fs::write(blobs.join(hex), bytes).unwrap();
+    digest
+}
 
+/// Writes one image's blobs into the layout and returns its manifest digest and size.
+fn put_image(dir: &Path, architecture: &str, created: Option<&str>) -> (String, usize) {
+    std::fs::create_dir_all(dir).unwrap();
     // An empty tar archive is two zero blocks.
     let tar = vec![0u8; 1024];
     let tar_path = dir.join("layer.tar");
@@ -157,16 +208,19 @@ fn write_oci_layout(dir: &Path, tag: &str, architecture: &str) -> String {
     assert!(gzip.status.success(), "gzip failed");
     std::fs::remove_file(&tar_path).unwrap();
     let layer = gzip.stdout;
-    let layer_digest = put_blob(&layer);
+    let layer_digest = put_blob(dir, &layer);
 
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "architecture": architecture,
         "os": "linux",
         "config": {},
         "rootfs": {"type": "layers", "diff_ids": [sha256_digest(&tar)]},
-    })
-    .to_string();
-    let config_digest = put_blob(config.as_bytes());
+    });
+    if let Some(created) = created {
+        config["created"] = created.into();
+    }
+    let config = config.to_string();
+    let config_digest = put_blob(dir, config.as_bytes());
 
     let manifest = serde_json::json!({
         "schemaVersion": 2,
@@ -183,21 +237,22 @@ fn write_oci_layout(dir: &Path, tag: &str, architecture: &str) -> String {
         }],
     })
     .to_string();
-    let manifest_digest = put_blob(manifest.as_bytes());
+    (put_blob(dir, manifest.as_bytes()), manifest.len())
+}
 
+fn write_index_json(dir: &Path, media_type: &str, digest: &str, size: usize, tag: &str) {
     let index = serde_json::json!({
         "schemaVersion": 2,
         "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": manifest.len(),
+            "mediaType": media_type,
+            "digest": digest,
+            "size": size,
             "annotations": {"org.opencontainers.image.ref.name": tag},
         }],
     })
     .to_string();
     std::fs::write(dir.join("index.json"), index).unwrap();
     std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    manifest_digest
 }
 
 /// Pushes `layout:src_tag` to `host/repo:dest_tag` and returns the digest skopeo reports.
@@ -220,6 +275,8 @@ async fn push(
         .arg("--dest-tls-verify=false")
         .arg("--digestfile")
         .arg(&digest_file)
+        // Multi-platform indexes are pushed whole (single images are unaffected).
+        .arg("--multi-arch=all")
         .arg(format!("oci:{}:{src_tag}", layout.display()))
         .arg(format!("docker://{host}/{repo}:{dest_tag}"))
         .stdin(Stdio::null())
@@ -239,8 +296,8 @@ async fn push(
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_registry_tags_digests_and_auth() {
+/// Whether the tools are missing (then the test is skipped, with a message).
+fn tools_missing() -> bool {
     let missing: Vec<&str> = ["docker-registry", "skopeo", "htpasswd", "gzip"]
         .into_iter()
         .filter(|p| !on_path(p))
@@ -250,6 +307,13 @@ async fn real_registry_tags_digests_and_auth() {
             "skipping real-registry test: not on PATH: {}",
             missing.join(", ")
         );
+    }
+    !missing.is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_registry_tags_digests_and_auth() {
+    if tools_missing() {
         return;
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -352,5 +416,120 @@ async fn real_registry_tags_digests_and_auth() {
     }
     // A Basic-auth registry needs no tokens.
     assert_eq!(client.token_fetches(), 0);
+    drop(registry);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_registry_created_times_in_newest_order_within_the_budget() {
+    if tools_missing() {
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let work = TempDir::new("registry-created");
+    let registry = start_registry(&work.0).await;
+    let host = registry.host.clone();
+
+    // Pushed in this order, but created out of order; v4 is multi-platform and dated by its
+    // linux/amd64 image.
+    let images = [
+        ("v1", "2024-01-01T00:00:00Z"),
+        ("v2", "2024-03-01T00:00:00Z"),
+        ("v3", "2024-02-01T10:20:30.123456789Z"),
+    ];
+    for (tag, created) in images {
+        let layout = work.0.join(format!("layout-{tag}"));
+        write_image_layout(&layout, tag, "amd64", Some(created));
+        push(&layout, tag, &host, "team/app", tag, &work.0).await;
+    }
+    let layout = work.0.join("layout-v4");
+    let index = write_index_layout(
+        &layout,
+        "v4",
+        &[
+            ("arm64", "2020-01-01T00:00:00Z"),
+            ("amd64", "2025-01-01T00:00:00Z"),
+        ],
+    );
+    let pushed = push(&layout, "v4", &host, "team/app", "v4", &work.0).await;
+    assert_eq!(pushed, index, "the index must be pushed as it is");
+
+    let mut registries = std::collections::HashMap::new();
+    registries.insert(
+        host.clone(),
+        RegistrySettings {
+            insecure: true,
+            metadata_budget: Some(2),
+            ..RegistrySettings::default()
+        },
+    );
+    let client = RegistryClient::with_registries(
+        RegistryOptions {
+            timeout: Duration::from_secs(10),
+            ..RegistryOptions::default()
+        },
+        registries,
+    )
+    .unwrap();
+    let repo = RepositoryRef::parse(&format!("{host}/team/app")).unwrap();
+    let good = Credentials::basic(USER, PASS);
+    let ts = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+
+    let expected = |tag: &str| match tag {
+        "v1" => ts("2024-01-01T00:00:00Z"),
+        "v2" => ts("2024-03-01T00:00:00Z"),
+        "v3" => ts("2024-02-01T10:20:30.123456789Z"),
+        "v4" => ts("2025-01-01T00:00:00Z"),
+        other => panic!("unexpected tag {other}"),
+    };
+
+    // The budget of 2 covers the end of the listing first (distribution lists tags in
+    // storage order, not sorted, so the test reads the order it gets).
+    let first = client
+        .list_tags_with_times(&repo, &good, None)
+        .await
+        .unwrap();
+    assert_eq!((first.looked_up, first.pending), (2, 2));
+    assert_eq!(first.tags.len(), 4);
+    for (i, info) in first.tags.iter().enumerate() {
+        let want = (i >= 2).then(|| expected(&info.tag));
+        assert_eq!(info.pushed_at, want, "{:?}", first.tags);
+    }
+    // Each image costs a manifest and a config read; v4 also its index.
+    let per_tag = |tag: &str| if tag == "v4" { 3 } else { 2 };
+    let fetched: u64 = first.tags[2..].iter().map(|t| per_tag(&t.tag)).sum();
+    assert_eq!(client.metadata_fetches(), fetched);
+
+    let second = client
+        .list_tags_with_times(&repo, &good, None)
+        .await
+        .unwrap();
+    assert_eq!((second.looked_up, second.pending), (2, 0));
+    let mut newest_first = second.tags.clone();
+    newest_first.sort_by_key(|t| std::cmp::Reverse(t.pushed_at));
+    let order: Vec<&str> = newest_first.iter().map(|t| t.tag.as_str()).collect();
+    assert_eq!(order, vec!["v4", "v2", "v3", "v1"]);
+    assert_eq!(newest_first[1].pushed_at, Some(ts("2024-03-01T00:00:00Z")));
+    assert_eq!(newest_first[3].pushed_at, Some(ts("2024-01-01T00:00:00Z")));
+    assert_eq!(client.metadata_fetches(), 9);
+
+    // Known tags cost nothing more; single lookups hit the digest cache.
+    let third = client.list_with_created(&repo, &good, 50).await.unwrap();
+    assert_eq!(third, second.tags);
+    assert_eq!(
+        client.image_created(&repo, "v4", &good).await.unwrap(),
+        Some(ts("2025-01-01T00:00:00Z"))
+    );
+    assert_eq!(
+        client.image_created(&repo, &index, &good).await.unwrap(),
+        Some(ts("2025-01-01T00:00:00Z"))
+    );
+    assert_eq!(client.metadata_fetches(), 9);
+
+    // Wrong credentials fail the listing rather than leaving tags silently undated.
+    let err = client
+        .list_tags_with_times(&repo, &Credentials::basic(USER, "wrong"), Some(5))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "unauthorized", "{err}");
     drop(registry);
 }

@@ -3,10 +3,16 @@
 //! without a network or a real registry.
 //!
 //! One request per connection (`Connection: close`), no request bodies: enough for the
-//! GET/HEAD traffic of the registry client.
+//! GET/HEAD traffic of the registry client. Every request is logged, so tests can count
+//! what reached the server (token fetches, retries). Variants: a server that accepts and
+//! never answers (timeouts), and a TLS front with a test CA made by `openssl`.
 
+use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -73,10 +79,14 @@ impl TestResponse {
 
 type Handler = Arc<dyn Fn(TestRequest) -> BoxFuture<'static, TestResponse> + Send + Sync>;
 
+type RequestLog = Arc<Mutex<Vec<TestRequest>>>;
+
 /// Serves until dropped.
 pub(crate) struct TestServer {
     pub addr: SocketAddr,
     task: JoinHandle<()>,
+    log: RequestLog,
+    connections: Arc<AtomicUsize>,
 }
 
 impl TestServer {
@@ -84,20 +94,65 @@ impl TestServer {
     where
         F: Fn(TestRequest) -> BoxFuture<'static, TestResponse> + Send + Sync + 'static,
     {
+        Self::spawn(Some(Arc::new(handler))).await
+    }
+
+    /// Accepts connections and reads requests but never answers, holding the connections
+    /// open until dropped: every request to it times out.
+    pub async fn silent() -> TestServer {
+        Self::spawn(None).await
+    }
+
+    async fn spawn(handler: Option<Handler>) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let handler: Handler = Arc::new(handler);
+        let log = RequestLog::default();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (task_log, task_connections) = (log.clone(), connections.clone());
         let task = tokio::spawn(async move {
+            let mut held = Vec::new();
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, handler.clone()));
+                task_connections.fetch_add(1, Ordering::SeqCst);
+                match &handler {
+                    Some(handler) => {
+                        tokio::spawn(serve(stream, handler.clone(), task_log.clone()));
+                    }
+                    // Aborting the accept task drops these, closing the connections.
+                    None => held.push(stream),
+                }
             }
         });
-        TestServer { addr, task }
+        TestServer {
+            addr,
+            task,
+            log,
+            connections,
+        }
     }
 
     /// `127.0.0.1:PORT`, the registry host to use in references.
     pub fn host(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// Requests received so far.
+    pub fn requests(&self) -> Vec<TestRequest> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Requests received so far whose path is `path`.
+    pub fn count(&self, path: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path() == path)
+            .count()
+    }
+
+    /// Connections accepted so far (for the silent server, the requests sent to it).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 }
 
@@ -107,7 +162,7 @@ impl Drop for TestServer {
     }
 }
 
-async fn serve(mut stream: TcpStream, handler: Handler) {
+async fn serve(mut stream: TcpStream, handler: Handler, log: RequestLog) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -132,12 +187,13 @@ async fn serve(mut stream: TcpStream, handler: Handler) {
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
     let is_head = method == "HEAD";
-    let response = handler(TestRequest {
+    let request = TestRequest {
         method,
         target,
         headers,
-    })
-    .await;
+    };
+    log.lock().unwrap().push(request.clone());
+    let response = handler(request).await;
 
     let mut out = format!("HTTP/1.1 {} X\r\n", response.status);
     for (k, v) in &response.headers {
@@ -153,4 +209,181 @@ async fn serve(mut stream: TcpStream, handler: Handler) {
     }
     let _ = stream.write_all(&bytes).await;
     let _ = stream.shutdown().await;
+}
+
+/// A CA and a server certificate signed by it, made with the `openssl` command.
+pub(crate) struct TestCertificates {
+    pub ca_pem: String,
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
+}
+
+impl TestCertificates {
+    /// Certificates for `names` (DNS names; `127.0.0.1` is always included), or `None` when
+    /// `openssl` is not installed.
+    pub fn generate(dir: &Path, names: &[&str]) -> Option<TestCertificates> {
+        let run = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .ok()?;
+            assert!(
+                output.status.success(),
+                "openssl {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            Some(())
+        };
+        let mut san = String::from("subjectAltName=IP:127.0.0.1");
+        for name in names {
+            san.push_str(&format!(",DNS:{name}"));
+        }
+        std::fs::write(
+            dir.join("server.ext"),
+            format!(
+                "{san}\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+            ),
+        )
+        .unwrap();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
+        run(&[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=imagewatch test CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        ]
+        .concat())?;
+        run(&[
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=imagewatch test server",
+            ],
+        ]
+        .concat())?;
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "server.ext",
+        ])?;
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        Some(TestCertificates {
+            ca_pem: read("ca.pem"),
+            server_cert_pem: read("server.pem"),
+            server_key_pem: read("server.key"),
+        })
+    }
+}
+
+/// A TLS front for a [`TestServer`]: terminates TLS with the given certificate and relays
+/// each request to the plain server. Runs on its own threads with blocking I/O (the crate
+/// has rustls but no async TLS adapter); stops when dropped.
+pub(crate) struct TlsFront {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl TlsFront {
+    pub fn start(backend: SocketAddr, certs: &TestCertificates) -> TlsFront {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let chain = CertificateDer::pem_slice_iter(certs.server_cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(certs.server_key_pem.as_bytes()).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let config = config.clone();
+                std::thread::spawn(move || relay(stream, backend, config));
+            }
+        });
+        TlsFront { addr, stop }
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = std::net::TcpStream::connect(self.addr);
+    }
+}
+
+fn relay(stream: std::net::TcpStream, backend: SocketAddr, config: Arc<rustls::ServerConfig>) {
+    let timeout = Some(std::time::Duration::from_secs(10));
+    let _ = stream.set_read_timeout(timeout);
+    let Ok(connection) = rustls::ServerConnection::new(config) else {
+        return;
+    };
+    let mut tls = rustls::StreamOwned::new(connection, stream);
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tls.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let Ok(mut plain) = std::net::TcpStream::connect(backend) else {
+        return;
+    };
+    let _ = plain.set_read_timeout(timeout);
+    let mut response = Vec::new();
+    if plain.write_all(&head).is_err() || plain.read_to_end(&mut response).is_err() {
+        return;
+    }
+    let _ = tls.write_all(&response);
+    tls.conn.send_close_notify();
+    let _ = tls.flush();
 }

@@ -18,3 +18,6 @@ pub struct RegistryEvent {
     /// Where it came from: `distribution`, `dockerhub`, `ghcr`, `harbor`, `quay`, `generic`, `sqs`.
     pub source: &'static str,
 }
+pub mod eventbridge;
+pub mod sqs;
+pub mod webhook;

@@ -1,0 +1,688 @@
+//! Scan step for Amazon ECR: tags, digests and push times through the ECR API.
+//!
+//! ECR images are addressed as `<account>.dkr.ecr.<region>.amazonaws.com/<repository>`
+//! ([`is_ecr_host`]). Instead of the distribution API (which needs a `docker login` token and
+//! knows nothing about push times), [`EcrTagSource`] calls `DescribeImages`, which returns
+//! every tag with its manifest digest and `imagePushedAt` in pages of up to 1000 images —
+//! what [`Order::Newest`](crate::policy::Order::Newest) needs.
+//!
+//! # Credentials
+//!
+//! AWS credentials come from the default chain, loaded once for the process with
+//! [`load_aws_config`]: environment variables, IRSA (web identity token file), EKS Pod
+//! Identity, the shared profile files, then instance metadata. The watch's pull secret is
+//! not used for ECR. One `SdkConfig` is shared by every regional client (and by the SQS
+//! consumer), so its identity cache fetches credentials once per expiry for the whole
+//! process, however many watches and regions there are.
+//!
+//! Endpoint overrides (tests, VPC endpoints, emulators): [`EcrOptions::endpoint_url`], or
+//! the SDK's standard `AWS_ENDPOINT_URL_ECR` / `AWS_ENDPOINT_URL` environment variables,
+//! which [`load_aws_config`] honours.
+//!
+//! # Pattern watches
+//!
+//! One rule for many applications (`team/*/api` → `services/$1/overlays/stg`):
+//! [`match_pattern`] matches a repository name against a pattern whose path segments may be
+//! `*` and returns the captures, [`expand_captures`] fills `$1..$n` into a target path,
+//! [`pattern_prefix`] is the literal part to list with [`EcrTagSource::list_repositories`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_sdk_ecr::Client;
+use aws_sdk_ecr::config::http::HttpResponse;
+use aws_sdk_ecr::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ecr::operation::describe_images::DescribeImagesError;
+use aws_sdk_ecr::types::{
+    DescribeImagesFilter, ImageDetail, ImageIdentifier, ImageStatus, TagStatus,
+};
+use futures::future::BoxFuture;
+
+use super::error::truncate;
+use super::{
+    Credentials, RegistryError, RepositoryRef, TagInfo, TagSource, is_ecr_host, is_valid_digest,
+    is_valid_tag,
+};
+
+/// `DescribeImages` / `DescribeRepositories` page size (the API maximum).
+const PAGE_SIZE: i32 = 1000;
+
+/// Upper bound for one HTTP attempt; a stuck connection must not hold a reconcile forever.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Upper bound for one operation including the SDK's retries. Listing pages is one
+/// operation per page.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Error codes AWS services use for throttling (as classified by the SDK's retry logic).
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+    "LimitExceededException",
+    "RequestThrottled",
+    "SlowDown",
+];
+
+/// Error codes AWS services use for refused or invalid credentials.
+const ACCESS_CODES: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "IncompleteSignature",
+    "InvalidClientTokenId",
+    "MissingAuthenticationToken",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidAccessKeyId",
+    "AuthFailure",
+    "UnauthorizedOperation",
+];
+
+/// Settings of [`EcrTagSource`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EcrOptions {
+    /// Send every ECR request to this URL instead of the regional AWS endpoint (an emulator
+    /// such as moto, or a VPC endpoint). `None` keeps what the shared config says, which
+    /// includes `AWS_ENDPOINT_URL_ECR` / `AWS_ENDPOINT_URL`.
+    pub endpoint_url: Option<String>,
+}
+
+/// Loads the AWS configuration from the default chain (environment, IRSA web identity,
+/// EKS Pod Identity, profile, instance metadata). Call it once per process and share the
+/// result between [`EcrTagSource`] and [`SqsConsumer`](crate::triggers::sqs::SqsConsumer),
+/// so both use one credential cache.
+pub async fn load_aws_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest()).load().await
+}
+
+/// [`TagSource`] for Amazon ECR private registries; see the module documentation.
+///
+/// Cheap to share behind an `Arc`: regional clients are created on first use and kept.
+pub struct EcrTagSource {
+    sdk_config: SdkConfig,
+    options: EcrOptions,
+    /// One client per (region, FIPS) pair; they share `sdk_config`'s credential cache.
+    clients: Mutex<HashMap<(String, bool), Client>>,
+}
+
+impl std::fmt::Debug for EcrTagSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EcrTagSource")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where an ECR repository lives, parsed from its registry host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EcrRegistry {
+    host: String,
+    account: String,
+    region: String,
+    fips: bool,
+}
+
+impl EcrRegistry {
+    fn parse(host: &str) -> Result<Self, RegistryError> {
+        let (account, region) = is_ecr_host(host).ok_or_else(|| {
+            RegistryError::InvalidReference(format!(
+                "{host:?} is not an Amazon ECR registry host (<account>.dkr.ecr.<region>.amazonaws.com)"
+            ))
+        })?;
+        Ok(EcrRegistry {
+            host: host.to_ascii_lowercase(),
+            fips: host.to_ascii_lowercase().contains(".dkr.ecr-fips."),
+            account,
+            region,
+        })
+    }
+}
+
+impl EcrTagSource {
+    /// A tag source using `sdk_config` (usually from [`load_aws_config`]) for credentials and
+    /// settings; the region of each request is taken from the registry host.
+    pub fn new(sdk_config: SdkConfig, options: EcrOptions) -> Self {
+        EcrTagSource {
+            sdk_config,
+            options,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// [`EcrTagSource::new`] with the default credential chain.
+    pub async fn from_env(options: EcrOptions) -> Self {
+        Self::new(load_aws_config().await, options)
+    }
+
+    /// The ECR client for `registry`'s region, created on first use.
+    fn client(&self, registry: &EcrRegistry) -> Client {
+        let key = (registry.region.clone(), registry.fips);
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        clients
+            .entry(key)
+            .or_insert_with(|| {
+                let mut builder = aws_sdk_ecr::config::Builder::from(&self.sdk_config)
+                    .region(aws_sdk_ecr::config::Region::new(registry.region.clone()))
+                    .timeout_config(
+                        aws_sdk_ecr::config::timeout::TimeoutConfig::builder()
+                            .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                            .operation_timeout(OPERATION_TIMEOUT)
+                            .build(),
+                    );
+                if registry.fips {
+                    builder = builder.use_fips(true);
+                }
+                if let Some(url) = &self.options.endpoint_url {
+                    builder = builder.endpoint_url(url);
+                }
+                tracing::debug!(region = %registry.region, fips = registry.fips, "created ECR client");
+                Client::from_conf(builder.build())
+            })
+            .clone()
+    }
+
+    /// Every tag of `repo` with its digest and push time (one [`TagInfo`] per tag, so an
+    /// image with several tags appears several times). Archived images are left out: they
+    /// cannot be pulled until restored.
+    pub async fn list_tags(&self, repo: &RepositoryRef) -> Result<Vec<TagInfo>, RegistryError> {
+        let registry = EcrRegistry::parse(&repo.registry)?;
+        let client = self.client(&registry);
+        let mut pages = client
+            .describe_images()
+            .registry_id(&registry.account)
+            .repository_name(&repo.path)
+            .filter(
+                DescribeImagesFilter::builder()
+                    .tag_status(TagStatus::Tagged)
+                    .build(),
+            )
+            .into_paginator()
+            .page_size(PAGE_SIZE)
+            .send();
+        let mut tags = Vec::new();
+        let mut dropped = 0usize;
+        let mut page_count = 0usize;
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_error(e, &registry, Some(&repo.path)))?;
+            page_count += 1;
+            for image in page.image_details() {
+                dropped += push_tags(image, &mut tags);
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!(%repo, dropped, "ECR listed tags that are not valid tag names; ignored them");
+        }
+        tracing::debug!(%repo, pages = page_count, tags = tags.len(), "listed ECR tags");
+        Ok(tags)
+    }
+
+    /// Manifest digest of `reference` (a tag, or a digest to confirm) in `repo`;
+    /// `Ok(None)` when ECR has no such image.
+    pub async fn image_digest(
+        &self,
+        repo: &RepositoryRef,
+        reference: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        let id = if reference.contains(':') {
+            if !is_valid_digest(reference) {
+                return Err(invalid_reference(reference));
+            }
+            ImageIdentifier::builder().image_digest(reference).build()
+        } else {
+            if !is_valid_tag(reference) {
+                return Err(invalid_reference(reference));
+            }
+            ImageIdentifier::builder().image_tag(reference).build()
+        };
+        let registry = EcrRegistry::parse(&repo.registry)?;
+        let output = self
+            .client(&registry)
+            .describe_images()
+            .registry_id(&registry.account)
+            .repository_name(&repo.path)
+            .image_ids(id)
+            .send()
+            .await;
+        let output = match output {
+            Ok(output) => output,
+            Err(err)
+                if matches!(
+                    err.as_service_error(),
+                    Some(DescribeImagesError::ImageNotFoundException(_))
+                ) =>
+            {
+                return Ok(None);
+            }
+            Err(err) => return Err(map_sdk_error(err, &registry, Some(&repo.path))),
+        };
+        Ok(output
+            .image_details()
+            .iter()
+            .filter(|image| is_pullable(image))
+            .find_map(|image| image.image_digest())
+            .map(str::to_string))
+    }
+
+    /// Names of the repositories in `registry_host` that start with `prefix` (all of them
+    /// when `prefix` is empty), sorted. For pattern watches: list with
+    /// [`pattern_prefix`], then keep the names [`match_pattern`] accepts.
+    pub async fn list_repositories(
+        &self,
+        registry_host: &str,
+        prefix: &str,
+    ) -> Result<Vec<String>, RegistryError> {
+        let registry = EcrRegistry::parse(registry_host)?;
+        let client = self.client(&registry);
+        let mut pages = client
+            .describe_repositories()
+            .registry_id(&registry.account)
+            .into_paginator()
+            .page_size(PAGE_SIZE)
+            .send();
+        let mut names = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| map_sdk_error(e, &registry, None))?;
+            names.extend(
+                page.repositories()
+                    .iter()
+                    .filter_map(|r| r.repository_name())
+                    .filter(|name| name.starts_with(prefix))
+                    .map(str::to_string),
+            );
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// The repositories of `registry_host` matching `pattern`, each with its captures
+    /// (see [`match_pattern`]), sorted by name.
+    pub async fn matching_repositories(
+        &self,
+        registry_host: &str,
+        pattern: &str,
+    ) -> Result<Vec<(String, Vec<String>)>, RegistryError> {
+        validate_pattern(pattern).map_err(RegistryError::InvalidReference)?;
+        let names = self
+            .list_repositories(registry_host, pattern_prefix(pattern))
+            .await?;
+        Ok(names
+            .into_iter()
+            .filter_map(|name| match_pattern(pattern, &name).map(|captures| (name, captures)))
+            .collect())
+    }
+}
+
+impl TagSource for EcrTagSource {
+    /// `creds` are ignored: ECR is accessed with the process's AWS identity.
+    fn list<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        _creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>> {
+        Box::pin(self.list_tags(repo))
+    }
+
+    fn digest<'a>(
+        &'a self,
+        repo: &'a RepositoryRef,
+        reference: &'a str,
+        _creds: &'a Credentials,
+    ) -> BoxFuture<'a, Result<Option<String>, RegistryError>> {
+        Box::pin(self.image_digest(repo, reference))
+    }
+}
+
+fn invalid_reference(reference: &str) -> RegistryError {
+    RegistryError::InvalidReference(format!(
+        "{reference:?} is neither a valid tag nor a valid digest"
+    ))
+}
+
+/// Archived (or still restoring) images are listed by ECR but cannot be pulled.
+fn is_pullable(image: &ImageDetail) -> bool {
+    matches!(image.image_status(), None | Some(ImageStatus::Active))
+}
+
+/// Appends one [`TagInfo`] per valid tag of `image`; returns how many tags were invalid.
+fn push_tags(image: &ImageDetail, out: &mut Vec<TagInfo>) -> usize {
+    if !is_pullable(image) {
+        return 0;
+    }
+    let digest = image
+        .image_digest()
+        .filter(|d| is_valid_digest(d))
+        .map(str::to_string);
+    let pushed_at = image.image_pushed_at().and_then(|t| {
+        jiff::Timestamp::new(t.secs(), i32::try_from(t.subsec_nanos()).unwrap_or(0)).ok()
+    });
+    let mut dropped = 0;
+    for tag in image.image_tags() {
+        if !is_valid_tag(tag) {
+            dropped += 1;
+            continue;
+        }
+        out.push(TagInfo {
+            tag: tag.clone(),
+            digest: digest.clone(),
+            pushed_at,
+        });
+    }
+    dropped
+}
+
+/// Turns an SDK error into a [`RegistryError`], keeping AWS's code and message.
+fn map_sdk_error<E>(
+    err: SdkError<E, HttpResponse>,
+    registry: &EcrRegistry,
+    repository: Option<&str>,
+) -> RegistryError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let host = registry.host.clone();
+    match &err {
+        SdkError::ServiceError(ctx) => {
+            let status = ctx.raw().status().as_u16();
+            let code = ctx.err().code().unwrap_or("");
+            let text = ctx.err().message().unwrap_or("");
+            let message = truncate(&match (code.is_empty(), text.is_empty()) {
+                (false, false) => format!("{code}: {text}"),
+                (false, true) => code.to_string(),
+                (true, false) => text.to_string(),
+                (true, true) => format!("HTTP {status} without an error message"),
+            });
+            if code == "RepositoryNotFoundException"
+                && let Some(repository) = repository
+            {
+                RegistryError::NotFound {
+                    registry: host,
+                    repository: repository.to_string(),
+                    message,
+                }
+            } else if status == 429 || THROTTLING_CODES.contains(&code) {
+                RegistryError::RateLimited {
+                    registry: host,
+                    retry_after: None,
+                    message,
+                }
+            } else if status == 401 || status == 403 || ACCESS_CODES.contains(&code) {
+                RegistryError::Unauthorized {
+                    registry: host,
+                    message,
+                }
+            } else if code == "InvalidParameterException" {
+                RegistryError::InvalidReference(format!("{host}: {message}"))
+            } else {
+                RegistryError::Server {
+                    registry: host,
+                    status,
+                    message,
+                }
+            }
+        }
+        SdkError::TimeoutError(_) => RegistryError::Transport(format!(
+            "ECR in {} timed out: {}",
+            registry.region,
+            DisplayErrorContext(&err)
+        )),
+        SdkError::DispatchFailure(failure) => {
+            let text = DisplayErrorContext(&err).to_string();
+            // Credential resolution happens while dispatching; a provider that cannot produce
+            // credentials is a configuration problem, not a network one (unless it timed out).
+            if failure.is_other()
+                && text.contains("credentials")
+                && !failure.is_timeout()
+                && !text.contains("timed out")
+            {
+                RegistryError::InvalidCredentials(format!(
+                    "cannot load AWS credentials for ECR in {}: {}",
+                    registry.region,
+                    truncate(&text)
+                ))
+            } else {
+                RegistryError::Transport(format!("ECR in {}: {}", registry.region, truncate(&text)))
+            }
+        }
+        SdkError::ResponseError(_) => RegistryError::Protocol(format!(
+            "unreadable ECR response from {}: {}",
+            registry.region,
+            truncate(&DisplayErrorContext(&err).to_string())
+        )),
+        _ => RegistryError::Protocol(format!(
+            "cannot send the ECR request to {}: {}",
+            registry.region,
+            truncate(&DisplayErrorContext(&err).to_string())
+        )),
+    }
+}
+
+/// Checks a repository pattern: non-empty `/`-separated segments, each either literal, `*`,
+/// or one literal prefix/suffix around a single `*` (`svc-*`). Returns a message for users.
+pub fn validate_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.is_empty() {
+        return Err("repository pattern is empty".into());
+    }
+    for segment in pattern.split('/') {
+        if segment.is_empty() {
+            return Err(format!(
+                "repository pattern {pattern:?} has an empty path segment"
+            ));
+        }
+        if segment.matches('*').count() > 1 {
+            return Err(format!(
+                "repository pattern {pattern:?}: segment {segment:?} has more than one '*' (use one '*' per segment)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Matches `repository` against `pattern` segment by segment. A `*` segment matches exactly
+/// one non-empty segment; a segment like `svc-*` matches segments with that prefix (and
+/// suffix) and captures the rest. Returns the captures in order (`$1..$n`), or `None` when
+/// the name does not match or the pattern is invalid ([`validate_pattern`]).
+///
+/// `match_pattern("team/*/*", "team/billing/api") == Some(vec!["billing", "api"])`.
+pub fn match_pattern(pattern: &str, repository: &str) -> Option<Vec<String>> {
+    if validate_pattern(pattern).is_err() {
+        return None;
+    }
+    let pattern_segments: Vec<&str> = pattern.split('/').collect();
+    let name_segments: Vec<&str> = repository.split('/').collect();
+    if pattern_segments.len() != name_segments.len() {
+        return None;
+    }
+    let mut captures = Vec::new();
+    for (pat, name) in pattern_segments.iter().zip(&name_segments) {
+        match pat.split_once('*') {
+            None => {
+                if pat != name {
+                    return None;
+                }
+            }
+            Some((prefix, suffix)) => {
+                if name.len() <= prefix.len() + suffix.len()
+                    || !name.starts_with(prefix)
+                    || !name.ends_with(suffix)
+                {
+                    return None;
+                }
+                captures.push(name[prefix.len()..name.len() - suffix.len()].to_string());
+            }
+        }
+    }
+    Some(captures)
+}
+
+/// The literal start of `pattern` up to its first wildcard segment, e.g. `team/` for
+/// `team/*/api` (and `team/svc-` for `team/svc-*`): a cheap filter before [`match_pattern`].
+pub fn pattern_prefix(pattern: &str) -> &str {
+    match pattern.find('*') {
+        Some(index) => &pattern[..index],
+        None => pattern,
+    }
+}
+
+/// Replaces `$1..$n` (or `${1}`) in `template` with `captures` (1-based); `$$` is a
+/// literal `$`. References past the last capture, and a `$` followed by anything else,
+/// are kept as written so that mistakes stay visible in the resulting path.
+///
+/// `expand_captures("services/$1/$2/overlays/stg", &["billing".into(), "api".into()])`
+/// is `services/billing/api/overlays/stg`.
+pub fn expand_captures(template: &str, captures: &[String]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(index) = rest.find('$') {
+        out.push_str(&rest[..index]);
+        let after = &rest[index + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+            continue;
+        }
+        let (digits, consumed) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) if end > 0 && braced[..end].bytes().all(|b| b.is_ascii_digit()) => {
+                    (&braced[..end], end + 2)
+                }
+                _ => ("", 0),
+            }
+        } else {
+            let end = after
+                .bytes()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        let value = digits
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| captures.get(i));
+        match value {
+            Some(value) => {
+                out.push_str(value);
+                rest = &after[consumed..];
+            }
+            None => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+#[path = "ecr_tests.rs"]
+pub(crate) mod moto_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(list: &[&str]) -> Option<Vec<String>> {
+        Some(list.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn match_pattern_whole_segments() {
+        assert_eq!(
+            match_pattern("team/*/*", "team/billing/api"),
+            caps(&["billing", "api"])
+        );
+        assert_eq!(
+            match_pattern("*/*/*", "org/billing/api"),
+            caps(&["org", "billing", "api"])
+        );
+        assert_eq!(match_pattern("team/api", "team/api"), caps(&[]));
+        assert_eq!(match_pattern("team/*", "team/billing/api"), None);
+        assert_eq!(match_pattern("team/*/*", "team/api"), None);
+        assert_eq!(match_pattern("team/*", "other/api"), None);
+        assert_eq!(match_pattern("team/*/api", "team/x/worker"), None);
+        assert_eq!(match_pattern("*", "api"), caps(&["api"]));
+        assert_eq!(match_pattern("*", "a/b"), None);
+    }
+
+    #[test]
+    fn match_pattern_partial_segments() {
+        assert_eq!(
+            match_pattern("team/svc-*/api", "team/svc-billing/api"),
+            caps(&["billing"])
+        );
+        assert_eq!(
+            match_pattern("team/*-api", "team/billing-api"),
+            caps(&["billing"])
+        );
+        assert_eq!(match_pattern("team/svc-*", "team/svc-"), None);
+        assert_eq!(match_pattern("team/svc-*", "team/app-x"), None);
+        // Prefix and suffix must not overlap.
+        assert_eq!(match_pattern("a*a", "a"), None);
+        assert_eq!(match_pattern("a*a", "aba"), caps(&["b"]));
+    }
+
+    #[test]
+    fn invalid_patterns_never_match() {
+        assert!(validate_pattern("").is_err());
+        assert!(validate_pattern("team//x").is_err());
+        assert!(validate_pattern("team/**").is_err());
+        assert!(validate_pattern("team/*/x").is_ok());
+        assert_eq!(match_pattern("team/**", "team/x"), None);
+        assert_eq!(match_pattern("team//*", "team//x"), None);
+    }
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(pattern_prefix("team/*/api"), "team/");
+        assert_eq!(pattern_prefix("team/svc-*"), "team/svc-");
+        assert_eq!(pattern_prefix("*/x"), "");
+        assert_eq!(pattern_prefix("team/api"), "team/api");
+    }
+
+    #[test]
+    fn expand() {
+        let c: Vec<String> = ["billing", "api", "eu"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            expand_captures("services/$1/$2/$3/overlays/stg", &c),
+            "services/billing/api/eu/overlays/stg"
+        );
+        assert_eq!(expand_captures("x/${1}y/$2", &c), "x/billingy/api");
+        assert_eq!(expand_captures("cost $$5 $1", &c), "cost $5 billing");
+        assert_eq!(expand_captures("missing/$4/$0/$", &c), "missing/$4/$0/$");
+        assert_eq!(expand_captures("brace/${x}/${}", &c), "brace/${x}/${}");
+        assert_eq!(expand_captures("no captures", &[]), "no captures");
+        let many: Vec<String> = (1..=12).map(|i| format!("c{i}")).collect();
+        assert_eq!(expand_captures("$12-$1", &many), "c12-c1");
+        // Non-ASCII text around references survives.
+        assert_eq!(expand_captures("é/$1/ü", &c), "é/billing/ü");
+    }
+
+    #[test]
+    fn registry_parsing() {
+        let r = EcrRegistry::parse("123456789012.dkr.ecr.eu-west-1.amazonaws.com").unwrap();
+        assert_eq!(
+            (r.account.as_str(), r.region.as_str(), r.fips),
+            ("123456789012", "eu-west-1", false)
+        );
+        let r = EcrRegistry::parse("123456789012.dkr.ecr-fips.us-east-1.amazonaws.com").unwrap();
+        assert!(r.fips);
+        let err = EcrRegistry::parse("ghcr.io").unwrap_err();
+        assert_eq!(err.category(), "invalid_reference");
+    }
+}

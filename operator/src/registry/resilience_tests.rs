@@ -1,0 +1,668 @@
+//! Tests of the scan step's behaviour under load and failure, against the in-process test
+//! server: the token cache counted at the token server, token expiry and revocation, Docker
+//! Hub's challenge flow, per-host rate limits, 429 pauses, 5xx retries, timeouts, and a
+//! private CA.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+
+use super::auth::{
+    AuthScheme, TokenKey, parse_token_response, parse_www_authenticate, select_scheme,
+};
+use super::distribution::{Tuning, token_url};
+use super::ratelimit::RetryPolicy;
+use super::test_server::{TestCertificates, TestRequest, TestResponse, TestServer, TlsFront};
+use super::*;
+
+fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Retries as in production but with short delays, so failing tests stay fast.
+fn quick_retries() -> RetryPolicy {
+    RetryPolicy {
+        retries: 2,
+        base: Duration::from_millis(10),
+        max: Duration::from_millis(40),
+    }
+}
+
+/// A client for `server` with the given per-host settings (plain HTTP is added).
+fn client_with(
+    server: &TestServer,
+    settings: RegistrySettings,
+    timeout: Duration,
+) -> RegistryClient {
+    install_crypto();
+    let mut registries = HashMap::new();
+    registries.insert(
+        server.host(),
+        RegistrySettings {
+            insecure: true,
+            ..settings
+        },
+    );
+    RegistryClient::build(
+        RegistryOptions {
+            timeout,
+            ..RegistryOptions::default()
+        },
+        registries,
+        Tuning {
+            retry: quick_retries(),
+            ..Tuning::default()
+        },
+    )
+    .unwrap()
+}
+
+/// No practical rate limit, for tests about other things.
+fn unlimited() -> RegistrySettings {
+    RegistrySettings {
+        rate_per_second: Some(10_000.0),
+        burst: Some(10_000),
+        ..RegistrySettings::default()
+    }
+}
+
+fn repo(server: &TestServer, path: &str) -> RepositoryRef {
+    RepositoryRef::parse(&format!("{}/{path}", server.host())).unwrap()
+}
+
+type HandlerFn = Box<dyn Fn(TestRequest) -> BoxFuture<'static, TestResponse> + Send + Sync>;
+
+/// A registry that wants Bearer tokens from its own `/token`, issuing `tok-<n>` with
+/// `expires_in` seconds of life. Accepts `tok-<accept>`, or any issued token when `accept`
+/// is 0.
+#[derive(Default)]
+struct TokenRegistry {
+    expires_in: AtomicU64,
+    accept: AtomicU64,
+    issued: AtomicU64,
+}
+
+fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
+    Box::new(move |req: TestRequest| {
+        let state = state.clone();
+        Box::pin(async move {
+            let host = req.header("host").unwrap_or("").to_string();
+            if req.path() == "/token" {
+                let n = state.issued.fetch_add(1, Ordering::SeqCst) + 1;
+                // Slow enough that every concurrent caller piles up behind this fetch.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let expires = state.expires_in.load(Ordering::SeqCst).max(1);
+                return TestResponse::new(200)
+                    .json(&format!(r#"{{"token":"tok-{n}","expires_in":{expires}}}"#));
+            }
+            let accept = state.accept.load(Ordering::SeqCst);
+            let ok = match req.header("authorization") {
+                Some(a) if accept == 0 => a.starts_with("Bearer tok-"),
+                Some(a) => a == format!("Bearer tok-{accept}"),
+                None => false,
+            };
+            if !ok {
+                let challenge = format!(
+                    r#"Bearer realm="http://{host}/token",service="test",scope="repository:team/app:pull""#
+                );
+                return TestResponse::new(401)
+                    .header("WWW-Authenticate", &challenge)
+                    .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#);
+            }
+            TestResponse::new(200).json(r#"{"name":"team/app","tags":["v1"]}"#)
+        })
+    })
+}
+
+async fn concurrent_listings(client: &RegistryClient, repo: &RepositoryRef, n: usize) {
+    let calls = (0..n).map(|_| {
+        let (client, repo) = (client.clone(), repo.clone());
+        async move { client.list_tags(&repo, &Credentials::Anonymous).await }
+    });
+    for result in futures::future::join_all(calls).await {
+        assert_eq!(result.unwrap(), vec!["v1"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() {
+    let state = Arc::new(TokenRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    let server = TestServer::start(token_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(20));
+    let repo = repo(&server, "team/app");
+
+    concurrent_listings(&client, &repo, 200).await;
+    assert_eq!(server.count("/token"), 1);
+    assert_eq!(client.token_fetches(), 1);
+    // Every listing was challenged once at most, then sent with the one token.
+    assert!(server.count("/v2/team/app/tags/list") <= 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_tokens_are_refreshed_once_per_burst() {
+    let state = Arc::new(TokenRegistry::default());
+    state.expires_in.store(2, Ordering::SeqCst);
+    let server = TestServer::start(token_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(20));
+    let repo = repo(&server, "team/app");
+
+    concurrent_listings(&client, &repo, 30).await;
+    assert_eq!(server.count("/token"), 1);
+    // Within the lifetime (less the safety margin) the token is reused.
+    concurrent_listings(&client, &repo, 30).await;
+    assert_eq!(server.count("/token"), 1);
+    // A 2 s token is handed out for 1.6 s; after that the next burst fetches exactly once.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    concurrent_listings(&client, &repo, 30).await;
+    assert_eq!(server.count("/token"), 2);
+    assert_eq!(client.token_fetches(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_cached_token_is_refreshed_once_not_in_a_loop() {
+    let state = Arc::new(TokenRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    state.accept.store(1, Ordering::SeqCst);
+    let server = TestServer::start(token_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(20));
+    let repo = repo(&server, "team/app");
+    let list = "/v2/team/app/tags/list";
+
+    concurrent_listings(&client, &repo, 1).await;
+    assert_eq!(server.count("/token"), 1);
+
+    // The registry revokes tok-1: twenty callers holding it cause one refresh between them.
+    state.accept.store(2, Ordering::SeqCst);
+    concurrent_listings(&client, &repo, 20).await;
+    assert_eq!(server.count("/token"), 2);
+
+    // If the registry refuses even a fresh token, one refresh and one retry, then the 401
+    // is the answer: two registry requests and one token request, no loop.
+    state.accept.store(99, Ordering::SeqCst);
+    let (tokens, lists) = (server.count("/token"), server.count(list));
+    let err = client
+        .list_tags(&repo, &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "unauthorized", "{err}");
+    assert_eq!(server.count("/token"), tokens + 1);
+    assert_eq!(server.count(list), lists + 2);
+}
+
+/// The challenge Docker Hub sends, as recorded in Docker's registry authentication docs
+/// (with the docs' example repository replaced by `library/nginx` and pull-only scope).
+const HUB_CHALLENGE: &str = r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/nginx:pull""#;
+/// The token answer from the same docs (token shortened).
+const HUB_TOKEN_RESPONSE: &str = r#"{"token": "eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiIsImtpZCI6IlBZWU86VEVXVTpWN0pIOjI2SlY6QVFUWjpMSkMzOlNYVko6WEdIQTozNEYyOjJMQVE6WlJNSzpaN1E2In0.eyJpc3MiOiJhdXRoLmRvY2tlci5jb20ifQ.sig", "expires_in": 3600, "issued_at": "2009-11-10T23:00:00Z"}"#;
+
+#[test]
+fn docker_hub_challenge_and_token_formats() {
+    let repo = RepositoryRef::parse("nginx").unwrap();
+    assert_eq!(repo.registry, DOCKER_HUB_REGISTRY);
+    assert_eq!(repo.path, "library/nginx");
+
+    let challenges = parse_www_authenticate(HUB_CHALLENGE);
+    let scheme = select_scheme(&challenges).unwrap();
+    let AuthScheme::Bearer { realm, service } = scheme else {
+        panic!("{scheme:?}")
+    };
+    assert_eq!(realm, "https://auth.docker.io/token");
+    assert_eq!(service.as_deref(), Some("registry.docker.io"));
+
+    // The scope is the client's own (pull on the repository), not copied from the challenge.
+    let scope = format!("repository:{}:pull", repo.path);
+    let url = token_url(&repo.registry, &realm, service.as_deref(), &scope).unwrap();
+    assert_eq!(
+        url.as_str(),
+        "https://auth.docker.io/token?service=registry.docker.io&scope=repository%3Alibrary%2Fnginx%3Apull"
+    );
+
+    let token = parse_token_response(HUB_TOKEN_RESPONSE.as_bytes()).unwrap();
+    assert!(token.token.starts_with("eyJ0eXAi"));
+    assert_eq!(token.lifetime, Duration::from_secs(3600));
+    // Docker Hub's OAuth2 form.
+    let token = parse_token_response(
+        br#"{"access_token":"abc","token":"abc","expires_in":300,"issued_at":"2024-01-01T00:00:00.000000000Z"}"#,
+    )
+    .unwrap();
+    assert_eq!(token.lifetime, Duration::from_secs(300));
+
+    // Tokens are cached per registry host, scope and identity.
+    let key = TokenKey {
+        registry: repo.registry.clone(),
+        scope,
+        identity: Credentials::Anonymous.identity(),
+    };
+    assert_eq!(key.registry, "registry-1.docker.io");
+}
+
+/// Docker Hub's hosts served locally over TLS (the names resolve to the test server, whose
+/// certificate comes from a test CA): the recorded challenge drives the real flow, and the
+/// per-host CA setting decides whether TLS is trusted.
+#[tokio::test]
+async fn docker_hub_flow_over_tls_with_a_private_ca() {
+    install_crypto();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("imagewatch-tls-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let certs = TestCertificates::generate(&dir, &["registry-1.docker.io", "auth.docker.io"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(certs) = certs else {
+        eprintln!("skipping TLS test: openssl is not installed");
+        return;
+    };
+
+    let server = TestServer::start(|req: TestRequest| -> BoxFuture<'static, TestResponse> {
+        Box::pin(async move {
+            let host = req.header("host").unwrap_or("");
+            if host == "auth.docker.io" && req.path() == "/token" {
+                if req.query("service").as_deref() != Some("registry.docker.io")
+                    || req.query("scope").as_deref() != Some("repository:library/nginx:pull")
+                {
+                    return TestResponse::new(400).json(r#"{"details":"bad scope"}"#);
+                }
+                return TestResponse::new(200).json(HUB_TOKEN_RESPONSE);
+            }
+            if host != "registry-1.docker.io" {
+                return TestResponse::new(421);
+            }
+            let token = serde_json::from_str::<serde_json::Value>(HUB_TOKEN_RESPONSE).unwrap()
+                ["token"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            if req.header("authorization") != Some(format!("Bearer {token}").as_str()) {
+                return TestResponse::new(401)
+                    .header("WWW-Authenticate", HUB_CHALLENGE)
+                    .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required","detail":[{"Type":"repository","Class":"","Name":"library/nginx","Action":"pull"}]}]}"#);
+            }
+            TestResponse::new(200).json(r#"{"name":"library/nginx","tags":["1.27","1.28","latest"]}"#)
+        })
+    })
+    .await;
+    let front = TlsFront::start(server.addr, &certs);
+    let tuning = || Tuning {
+        retry: quick_retries(),
+        resolve: vec![
+            ("registry-1.docker.io".to_string(), front.addr),
+            ("auth.docker.io".to_string(), front.addr),
+        ],
+        ..Tuning::default()
+    };
+    let options = || RegistryOptions {
+        timeout: Duration::from_secs(10),
+        ..RegistryOptions::default()
+    };
+    let nginx = RepositoryRef::parse("docker.io/nginx").unwrap();
+
+    // Without the CA the certificate is not trusted.
+    let client = RegistryClient::build(options(), HashMap::new(), tuning()).unwrap();
+    let err = client
+        .list_tags(&nginx, &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "transport", "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+
+    // With the CA configured for Docker Hub (under its short name), the whole flow works:
+    // challenge, token from auth.docker.io (same CA, via the registry's client), tags.
+    let mut registries = HashMap::new();
+    registries.insert(
+        "docker.io".to_string(),
+        RegistrySettings {
+            ca_pem: Some(certs.ca_pem.clone()),
+            ..RegistrySettings::default()
+        },
+    );
+    let client = RegistryClient::build(options(), registries, tuning()).unwrap();
+    for _ in 0..3 {
+        let tags = client
+            .list_tags(&nginx, &Credentials::Anonymous)
+            .await
+            .unwrap();
+        assert_eq!(tags, vec!["1.27", "1.28", "latest"]);
+    }
+    assert_eq!(server.count("/token"), 1);
+    assert_eq!(client.token_fetches(), 1);
+    let hosts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|r| r.header("host").unwrap_or("").to_string())
+        .collect();
+    assert!(
+        hosts
+            .iter()
+            .all(|h| h == "registry-1.docker.io" || h == "auth.docker.io"),
+        "{hosts:?}"
+    );
+    drop(front);
+}
+
+fn always_ok() -> HandlerFn {
+    Box::new(|_req: TestRequest| {
+        Box::pin(async { TestResponse::new(200).json(r#"{"name":"a","tags":["v1"]}"#) })
+    })
+}
+
+#[tokio::test]
+async fn requests_wait_for_the_host_rate_limit() {
+    let server = TestServer::start(always_ok()).await;
+    let client = client_with(
+        &server,
+        RegistrySettings {
+            rate_per_second: Some(20.0),
+            burst: Some(2),
+            ..RegistrySettings::default()
+        },
+        Duration::from_secs(10),
+    );
+    let repo = repo(&server, "a");
+    let start = Instant::now();
+    let calls = (0..10).map(|_| client.list_tags(&repo, &Credentials::Anonymous));
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+    // 10 requests, 2 at once, then 20/s: at least 8 / 20 = 400 ms.
+    assert!(
+        start.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(server.count("/v2/a/tags/list"), 10);
+}
+
+/// Serves 429 (with the given `Retry-After`, if any) to the first `limited` requests.
+fn limited_then_ok(limited: u64, retry_after: Option<String>) -> HandlerFn {
+    let seen = Arc::new(AtomicU64::new(0));
+    Box::new(move |_req: TestRequest| {
+        let n = seen.fetch_add(1, Ordering::SeqCst);
+        let retry_after = retry_after.clone();
+        Box::pin(async move {
+            if n < limited {
+                let mut response = TestResponse::new(429);
+                if let Some(value) = retry_after {
+                    response = response.header("Retry-After", &value);
+                }
+                return response.json(
+                    r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate limit."}]}"#,
+                );
+            }
+            TestResponse::new(200).json(r#"{"name":"a","tags":["v1"]}"#)
+        })
+    })
+}
+
+#[tokio::test]
+async fn too_many_requests_pauses_the_host() {
+    let server = TestServer::start(limited_then_ok(1, Some("30".into()))).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::RateLimited {
+            registry: server.host(),
+            retry_after: Some(Duration::from_secs(30)),
+            message: "TOOMANYREQUESTS: You have reached your pull rate limit.".into(),
+        }
+    );
+    // The host stays paused: other repositories fail at once, without a request, with the
+    // remaining pause for the controller's requeue.
+    let err = client
+        .list_tags(&repo(&server, "b"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::RateLimited { retry_after: Some(d), .. } if *d == Duration::from_secs(30)),
+        "{err:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+    let paused = client.paused_for(&server.host()).unwrap();
+    assert!(paused > Duration::from_secs(29) && paused <= Duration::from_secs(30));
+    // Other hosts are not affected.
+    assert_eq!(client.paused_for("elsewhere.example"), None);
+
+    // The HTTP-date form.
+    let when = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(40);
+    let date = jiff::fmt::rfc2822::DateTimePrinter::new()
+        .timestamp_to_rfc9110_string(&when)
+        .unwrap();
+    let server = TestServer::start(limited_then_ok(1, Some(date))).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    let RegistryError::RateLimited {
+        retry_after: Some(after),
+        ..
+    } = err
+    else {
+        panic!("{err:?}")
+    };
+    assert!((38..=40).contains(&after.as_secs()), "{after:?}");
+
+    // Without Retry-After the error says so, and the host is paused briefly anyway.
+    let server = TestServer::start(limited_then_ok(1, None)).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            RegistryError::RateLimited {
+                retry_after: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(client.paused_for(&server.host()).is_some());
+}
+
+#[tokio::test]
+async fn a_short_pause_is_waited_out() {
+    let server = TestServer::start(limited_then_ok(1, Some("1".into()))).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let repo = repo(&server, "a");
+    let start = Instant::now();
+    let err = client
+        .list_tags(&repo, &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "rate_limited");
+    // The next call waits for the pause instead of failing, then succeeds.
+    client
+        .list_tags(&repo, &Credentials::Anonymous)
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+/// Serves `status` to the first `failures` requests, then a tag list.
+fn failing_then_ok(failures: u64, status: u16) -> HandlerFn {
+    let seen = Arc::new(AtomicU64::new(0));
+    Box::new(move |_req: TestRequest| {
+        let n = seen.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if n < failures {
+                return TestResponse::new(status).json(
+                    r#"{"errors":[{"code":"UNAVAILABLE","message":"storage backend unavailable"}]}"#,
+                );
+            }
+            TestResponse::new(200).json(r#"{"name":"a","tags":["v1"]}"#)
+        })
+    })
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_within_bounds() {
+    // Two 503s, then success: the call succeeds after three requests.
+    let server = TestServer::start(failing_then_ok(2, 503)).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let repo_a = repo(&server, "a");
+    assert_eq!(
+        client
+            .list_tags(&repo_a, &Credentials::Anonymous)
+            .await
+            .unwrap(),
+        vec!["v1"]
+    );
+    assert_eq!(server.requests().len(), 3);
+
+    // Three 502s: the registry's message comes back after exactly three requests.
+    let server = TestServer::start(failing_then_ok(3, 502)).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::Server {
+            registry: server.host(),
+            status: 502,
+            message: "UNAVAILABLE: storage backend unavailable".into(),
+        }
+    );
+    assert_eq!(server.requests().len(), 3);
+
+    // 501 will not change: no retry.
+    let server = TestServer::start(failing_then_ok(1, 501)).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Server { status: 501, .. }),
+        "{err:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    // The production policy backs off 200 ms, then 800 ms (plus jitter).
+    let server = TestServer::start(failing_then_ok(2, 500)).await;
+    install_crypto();
+    let client = RegistryClient::new(RegistryOptions {
+        insecure_hosts: vec![server.host()],
+        timeout: Duration::from_secs(10),
+        ..RegistryOptions::default()
+    })
+    .unwrap();
+    let start = Instant::now();
+    client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn token_server_failures_are_retried_too() {
+    let token_failures = Arc::new(AtomicU64::new(0));
+    let failures = token_failures.clone();
+    let server = TestServer::start(
+        move |req: TestRequest| -> BoxFuture<'static, TestResponse> {
+            let failures = failures.clone();
+            Box::pin(async move {
+                let host = req.header("host").unwrap_or("").to_string();
+                if req.path() == "/token" {
+                    if failures.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return TestResponse::new(503).json(r#"{"details":"try again"}"#);
+                    }
+                    return TestResponse::new(200).json(r#"{"token":"t"}"#);
+                }
+                if req.header("authorization") == Some("Bearer t") {
+                    return TestResponse::new(200).json(r#"{"tags":["v1"]}"#);
+                }
+                TestResponse::new(401).header(
+                    "WWW-Authenticate",
+                    &format!(r#"Bearer realm="http://{host}/token",service="s""#),
+                )
+            })
+        },
+    )
+    .await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    assert_eq!(
+        client
+            .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+            .await
+            .unwrap(),
+        vec!["v1"]
+    );
+    assert_eq!(server.count("/token"), 2);
+    assert_eq!(client.token_fetches(), 1);
+}
+
+#[tokio::test]
+async fn timeouts_are_retried_then_reported() {
+    let server = TestServer::silent().await;
+    let client = client_with(&server, unlimited(), Duration::from_millis(250));
+    let start = Instant::now();
+    let err = client
+        .list_tags(&repo(&server, "a"), &Credentials::Anonymous)
+        .await
+        .unwrap_err();
+    let elapsed = start.elapsed();
+    assert_eq!(err.category(), "transport", "{err}");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(err.is_transient());
+    // Three attempts of 250 ms each, nothing more.
+    assert_eq!(server.connections(), 3);
+    assert!(elapsed >= Duration::from_millis(750), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+}
+
+#[test]
+fn settings_build_clients() {
+    install_crypto();
+    // A broken CA fails when the client is built, naming the host.
+    let mut registries = HashMap::new();
+    registries.insert(
+        "harbor.example.com".to_string(),
+        RegistrySettings {
+            ca_pem: Some("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into()),
+            ..RegistrySettings::default()
+        },
+    );
+    let err = RegistryClient::with_registries(RegistryOptions::default(), registries).unwrap_err();
+    assert_eq!(err.category(), "invalid_config");
+    assert!(err.to_string().contains("harbor.example.com"), "{err}");
+
+    let registries = parse_registries_config(
+        r#"{"registries":{"*":{"metadataBudget":7},"ghcr.io":{"metadataBudget":3},"reg.local:5000":{"insecure":true}}}"#,
+    )
+    .unwrap();
+    let client = RegistryClient::with_registries(RegistryOptions::default(), registries).unwrap();
+    assert_eq!(client.metadata_budget("ghcr.io"), 3);
+    assert_eq!(client.metadata_budget("GHCR.io"), 3);
+    assert_eq!(client.metadata_budget("quay.io"), 7);
+    assert_eq!(client.metadata_budget("docker.io"), 7);
+    let client = RegistryClient::new(RegistryOptions::default()).unwrap();
+    assert_eq!(client.metadata_budget("quay.io"), 50);
+    assert_eq!(client.metadata_budget("index.docker.io"), 10);
+}
