@@ -15,6 +15,7 @@ use git2::{ObjectType, Oid, Signature, Tree};
 
 use super::error::{GitError, Result};
 use super::repo::{Repo, is_regular_file, validate_branch};
+use super::sign::SshSigner;
 
 const MODE_FILE: i32 = 0o100644;
 const MODE_TREE: i32 = 0o040000;
@@ -68,6 +69,21 @@ impl Repo {
         message: &str,
         author: &Author,
     ) -> Result<Option<Oid>> {
+        self.commit_edits_signed(branch, parent, edits, message, author, None)
+    }
+
+    /// [`Repo::commit_edits`], signing the commit with `signer` when given
+    /// (an SSH signature in the `gpgsig` header, as `git commit -S` writes
+    /// with `gpg.format = ssh`).
+    pub fn commit_edits_signed(
+        &self,
+        branch: &str,
+        parent: Oid,
+        edits: &[FileEdit],
+        message: &str,
+        author: &Author,
+        signer: Option<&SshSigner>,
+    ) -> Result<Option<Oid>> {
         validate_branch(branch)?;
         let parent_commit = self
             .repo
@@ -112,10 +128,25 @@ impl Repo {
         // No update_ref here: libgit2 would insist that the ref currently
         // points at `parent`, which a leftover pending ref from an earlier
         // attempt does not.
-        let commit = self
-            .repo
-            .commit(None, &sig, &sig, &message, &tree, &[&parent_commit])
-            .map_err(|e| GitError::git("create commit", e))?;
+        let commit = match signer {
+            None => self
+                .repo
+                .commit(None, &sig, &sig, &message, &tree, &[&parent_commit])
+                .map_err(|e| GitError::git("create commit", e))?,
+            Some(signer) => {
+                let buffer = self
+                    .repo
+                    .commit_create_buffer(&sig, &sig, &message, &tree, &[&parent_commit])
+                    .map_err(|e| GitError::git("create commit buffer", e))?;
+                let content = buffer.as_str().map_err(|_| GitError::Signing {
+                    message: "commit object is not UTF-8".to_owned(),
+                })?;
+                let signature = signer.sign(content.as_bytes())?;
+                self.repo
+                    .commit_signed(content, &signature, Some("gpgsig"))
+                    .map_err(|e| GitError::git("create signed commit", e))?
+            }
+        };
         self.repo
             .reference(
                 &pending_ref(branch),

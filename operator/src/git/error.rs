@@ -87,6 +87,23 @@ pub enum GitError {
         source: std::io::Error,
     },
 
+    /// Push-branch mode: the push branch exists on the remote and holds
+    /// commits we did not make, so force-pushing it would destroy someone
+    /// else's work. See `Repo::check_push_branch` for the rule.
+    #[error(
+        "refusing to overwrite push branch {branch:?}: its tip {commit} {reason} \
+         (delete the branch or choose another push branch)"
+    )]
+    PushBranchNotOurs {
+        branch: String,
+        commit: Oid,
+        reason: String,
+    },
+
+    /// Signing a commit failed.
+    #[error("signing the commit failed: {message}")]
+    Signing { message: String },
+
     /// The caller's edit computation inside [`super::write_with_retry`]
     /// failed (for example a manifest that does not parse); nothing was
     /// committed.
@@ -108,8 +125,8 @@ pub enum GitError {
 
 impl GitError {
     /// Stable, low-cardinality label for metrics and status reasons: one of
-    /// `auth`, `unknown_host_key`, `push_rejected`, `not_found`, `network`,
-    /// `other`.
+    /// `auth`, `unknown_host_key`, `push_rejected`, `push_branch_not_ours`,
+    /// `not_found`, `network`, `other`.
     pub fn category(&self) -> &'static str {
         match self {
             GitError::AuthFailed { .. } => "auth",
@@ -117,6 +134,7 @@ impl GitError {
                 "unknown_host_key"
             }
             GitError::PushRejected { .. } => "push_rejected",
+            GitError::PushBranchNotOurs { .. } => "push_branch_not_ours",
             GitError::RepoNotFound { .. }
             | GitError::BranchNotFound { .. }
             | GitError::PathNotFound { .. } => "not_found",
@@ -126,6 +144,7 @@ impl GitError {
             | GitError::InvalidEdit { .. }
             | GitError::Io { .. }
             | GitError::Apply { .. }
+            | GitError::Signing { .. }
             | GitError::Git { .. } => "other",
         }
     }
@@ -137,6 +156,92 @@ impl GitError {
             self,
             GitError::Network { .. } | GitError::PushRejected { .. } | GitError::Io { .. }
         )
+    }
+
+    /// An equivalent error (same variant, fields and message), for handing
+    /// one failure to several waiting callers: `GitError` is not `Clone`
+    /// because its sources (`git2::Error`, `std::io::Error`) are not.
+    pub fn duplicate(&self) -> GitError {
+        fn dup_git(e: &git2::Error) -> git2::Error {
+            git2::Error::new(e.code(), e.class(), e.message())
+        }
+        match self {
+            GitError::InvalidUrl { url, reason } => GitError::InvalidUrl {
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            GitError::AuthFailed { url, reason } => GitError::AuthFailed {
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            GitError::UnknownHostKey { host } => GitError::UnknownHostKey { host: host.clone() },
+            GitError::HostKeyMismatch { host, key_type } => GitError::HostKeyMismatch {
+                host: host.clone(),
+                key_type: key_type.clone(),
+            },
+            GitError::PushRejected { branch, message } => GitError::PushRejected {
+                branch: branch.clone(),
+                message: message.clone(),
+            },
+            GitError::PushBranchNotOurs {
+                branch,
+                commit,
+                reason,
+            } => GitError::PushBranchNotOurs {
+                branch: branch.clone(),
+                commit: *commit,
+                reason: reason.clone(),
+            },
+            GitError::Signing { message } => GitError::Signing {
+                message: message.clone(),
+            },
+            GitError::RepoNotFound { url, message } => GitError::RepoNotFound {
+                url: url.clone(),
+                message: message.clone(),
+            },
+            GitError::BranchNotFound { url, branch } => GitError::BranchNotFound {
+                url: url.clone(),
+                branch: branch.clone(),
+            },
+            GitError::PathNotFound { commit, path } => GitError::PathNotFound {
+                commit: *commit,
+                path: path.clone(),
+            },
+            GitError::Network {
+                op,
+                url,
+                message,
+                source,
+            } => GitError::Network {
+                op,
+                url: url.clone(),
+                message: message.clone(),
+                source: dup_git(source),
+            },
+            GitError::InvalidBranch { branch } => GitError::InvalidBranch {
+                branch: branch.clone(),
+            },
+            GitError::InvalidEdit { path, reason } => GitError::InvalidEdit {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            GitError::Io { path, source } => GitError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            GitError::Apply { source } => GitError::Apply {
+                source: source.to_string().into(),
+            },
+            GitError::Git {
+                op,
+                message,
+                source,
+            } => GitError::Git {
+                op,
+                message: message.clone(),
+                source: dup_git(source),
+            },
+        }
     }
 
     /// Wrap a failure of the caller's own edit computation.
@@ -279,5 +384,33 @@ mod tests {
             ),
         );
         assert_eq!(e.category(), "network");
+    }
+
+    #[test]
+    fn duplicates_keep_variant_and_message() {
+        let errors = [
+            GitError::PushRejected {
+                branch: "main".into(),
+                message: "stale".into(),
+            },
+            GitError::remote(
+                "fetch",
+                "https://x",
+                git2::Error::new(ErrorCode::Auth, ErrorClass::Http, "nope"),
+            ),
+            GitError::io("/tmp/x", std::io::Error::other("disk full")),
+            GitError::apply("bad yaml"),
+            GitError::PushBranchNotOurs {
+                branch: "imagewatch/x".into(),
+                commit: Oid::ZERO_SHA1,
+                reason: "was authored by someone@example.com".into(),
+            },
+        ];
+        for e in errors {
+            let d = e.duplicate();
+            assert_eq!(d.to_string(), e.to_string());
+            assert_eq!(d.category(), e.category());
+            assert_eq!(d.is_transient(), e.is_transient());
+        }
     }
 }

@@ -22,26 +22,34 @@
 //! * [`write_with_retry`] ties these together: fetch, let the caller compute
 //!   edits against the fresh head, commit, push, and start over on a fresh
 //!   head when another writer won the race.
+//! * [`Repo::commit_edits_signed`] signs commits with an SSH key
+//!   ([`SshSigner`]); [`Repo::push_with`] can force-push a private push
+//!   branch under a lease, after [`Repo::check_push_branch`] confirmed that
+//!   it holds only our commit (`branch.rs` documents the rule).
 //!
 //! Everything here is blocking (libgit2 is synchronous). Async callers run
 //! it inside `tokio::task::spawn_blocking`; all public types are `Send` so
 //! they can move into such a closure.
 
 mod auth;
+mod branch;
 mod commit;
 mod error;
 mod known_hosts;
 mod push;
 mod repo;
+mod sign;
 mod url;
 mod write;
 
 pub use auth::GitAuth;
+pub use branch::OwnedPushBranch;
 pub use commit::{Author, FileEdit};
 pub use error::{GitError, Result};
-pub use push::PushOutcome;
+pub use push::{PushMode, PushOutcome};
 pub use repo::{Repo, RepoCache};
-pub use write::{WriteOutcome, write_with_retry};
+pub use sign::{SigningKeyError, SshSigner};
+pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry};
 
 /// Commit ids are libgit2's object ids; re-exported so callers need no
 /// direct `git2` import for the common case.

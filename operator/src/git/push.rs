@@ -11,8 +11,16 @@
 //! * the server, per ref, in its report (branch moved between
 //!   advertisement and update, protected branch, hook refusal), delivered
 //!   through the `push_update_reference` callback.
+//!
+//! The one exception is a private push branch ([`PushMode::ForceWithLease`]):
+//! it is rewritten with `+`, but only when the remote still holds exactly
+//! the tip we inspected. The check runs in `push_negotiation`, on the tip
+//! the server advertised on this very connection, and the server itself
+//! refuses the update if the ref moved after that advertisement (the
+//! update command carries the old id), so a commit someone pushed after
+//! our inspection is never overwritten.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use git2::{ErrorCode, Oid, ProxyOptions, PushOptions};
 
@@ -31,10 +39,36 @@ pub struct PushOutcome {
     pub previous: Option<Oid>,
 }
 
+/// How a push may move the remote branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushMode {
+    /// Only forward: the remote tip must be an ancestor of the new commit.
+    FastForward,
+    /// Replace the remote tip whatever it is, provided it is still
+    /// `expected` (`None`: the branch must not exist yet). For private push
+    /// branches only.
+    ForceWithLease { expected: Option<Oid> },
+}
+
 impl Repo {
     /// Push `commit` to `refs/heads/<branch>` on the remote, fast-forward
     /// only. On success `refs/remotes/origin/<branch>` points at `commit`.
     pub fn push(&self, branch: &str, commit: Oid, auth: &GitAuth) -> Result<PushOutcome> {
+        self.push_with(branch, commit, auth, PushMode::FastForward, None)
+    }
+
+    /// [`Repo::push`] with a choice of [`PushMode`]. `on_send`, when given,
+    /// is called once, after the remote has been contacted and before the
+    /// ref update is sent (while the pack is built): a hook for tests that
+    /// need to act in the middle of a push.
+    pub fn push_with(
+        &self,
+        branch: &str,
+        commit: Oid,
+        auth: &GitAuth,
+        mode: PushMode,
+        on_send: Option<&dyn Fn()>,
+    ) -> Result<PushOutcome> {
         validate_branch(branch)?;
         self.repo
             .find_commit(commit)
@@ -45,10 +79,23 @@ impl Repo {
         self.repo
             .reference(&pending, commit, true, "imagewatch: push")
             .map_err(|e| GitError::git("update pending ref", e))?;
-        let refspec = format!("{pending}:refs/heads/{branch}");
+        let force = match mode {
+            PushMode::FastForward => "",
+            PushMode::ForceWithLease { .. } => "+",
+        };
+        let refspec = format!("{force}{pending}:refs/heads/{branch}");
 
         let rejection: RefCell<Option<String>> = RefCell::new(None);
         let previous: RefCell<Option<Oid>> = RefCell::new(None);
+        let lease_broken: RefCell<Option<Option<Oid>>> = RefCell::new(None);
+        let sent = Cell::new(false);
+        let notify_send = || {
+            if !sent.replace(true)
+                && let Some(hook) = on_send
+            {
+                hook();
+            }
+        };
         let conn = Connection::new(auth, &self.url, &self.remote);
         let mut callbacks = conn.callbacks();
         callbacks.push_update_reference(|refname, status| {
@@ -61,10 +108,21 @@ impl Repo {
         callbacks.push_negotiation(|updates| {
             if let Some(u) = updates.first() {
                 let old = u.src();
-                *previous.borrow_mut() = (!old.is_zero()).then_some(old);
+                let old = (!old.is_zero()).then_some(old);
+                *previous.borrow_mut() = old;
+                if let PushMode::ForceWithLease { expected } = mode
+                    && old != expected
+                {
+                    *lease_broken.borrow_mut() = Some(old);
+                    return Err(git2::Error::from_str(
+                        "push branch moved since it was checked",
+                    ));
+                }
             }
             Ok(())
         });
+        callbacks.pack_progress(|_, _, _| notify_send());
+        callbacks.push_transfer_progress(|_, _, _| notify_send());
         let mut proxy = ProxyOptions::new();
         proxy.auto();
         let mut opts = PushOptions::new();
@@ -76,6 +134,13 @@ impl Repo {
             .map_err(|e| GitError::remote("push", &self.url, e))?;
         let pushed = remote.push(&[refspec.as_str()], Some(&mut opts));
         drop(opts);
+        if let Some(now) = lease_broken.into_inner() {
+            let now = now.map_or_else(|| "deleted".to_owned(), |c| format!("now at {c}"));
+            return Err(GitError::PushRejected {
+                branch: branch.to_owned(),
+                message: format!("the branch moved since it was inspected ({now})"),
+            });
+        }
         match pushed {
             Ok(()) => {}
             Err(e) if e.code() == ErrorCode::NotFastForward => {

@@ -130,12 +130,18 @@ impl RepoCache {
     pub fn open_or_clone(&self, url: &str, auth: &GitAuth) -> Result<Repo> {
         let remote = RemoteUrl::parse(url)?;
         let dir = self.root.join(remote.cache_dir_name(url));
-        let slot = {
+        let (slot, first_use) = {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-            slots.entry(dir.clone()).or_default().clone()
+            let first_use = !slots.contains_key(&dir);
+            (slots.entry(dir.clone()).or_default().clone(), first_use)
         };
         let lease = Lease::acquire(slot);
         std::fs::create_dir_all(&self.root).map_err(|e| GitError::io(&self.root, e))?;
+        if first_use && dir.exists() {
+            // Nothing in this process has touched the clone yet, so any lock
+            // file in it was left by a process that was killed mid-update.
+            remove_stale_locks(&dir);
+        }
 
         if dir.exists() {
             match open_existing(&dir, url) {
@@ -202,6 +208,46 @@ impl RepoCache {
             dir,
             _lease: lease,
         })
+    }
+}
+
+/// Delete `*.lock` files under the ref store and the repository's top
+/// level. libgit2 refuses to update a ref (or packed-refs, or the config)
+/// while its lock file exists, so a process killed between taking and
+/// releasing such a lock would otherwise wedge every later write.
+fn remove_stale_locks(dir: &Path) {
+    let mut stack = vec![dir.join("refs")];
+    let mut locks = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        locks.extend(
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "lock")),
+        );
+    }
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.filter_map(|e| e.ok()) {
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(path),
+                Ok(t) if t.is_file() && path.extension().is_some_and(|x| x == "lock") => {
+                    locks.push(path);
+                }
+                _ => {}
+            }
+        }
+    }
+    for lock in locks {
+        match std::fs::remove_file(&lock) {
+            Ok(()) => tracing::warn!(path = %lock.display(), "removed stale git lock file"),
+            Err(e) => {
+                tracing::warn!(path = %lock.display(), error = %e, "cannot remove stale git lock file")
+            }
+        }
     }
 }
 
@@ -296,11 +342,29 @@ impl Repo {
     /// Only that branch is transferred, and only objects not already in
     /// the cache. Tags are not fetched.
     pub fn fetch(&self, branch: &str, auth: &GitAuth) -> Result<Oid> {
-        validate_branch(branch)?;
-        let tracking = tracking_ref(branch);
+        self.fetch_many(&[branch], auth)?
+            .pop()
+            .flatten()
+            .ok_or_else(|| GitError::BranchNotFound {
+                url: self.url.clone(),
+                branch: branch.to_owned(),
+            })
+    }
+
+    /// Fetch several branches over one connection; for each, its head, or
+    /// `None` when the remote has no such branch (a stale tracking ref of a
+    /// deleted branch is removed, so nobody reads it as current).
+    pub fn fetch_many(&self, branches: &[&str], auth: &GitAuth) -> Result<Vec<Option<Oid>>> {
+        for branch in branches {
+            validate_branch(branch)?;
+        }
         // Forced: the tracking ref mirrors the remote even after a force
-        // push upstream. Our own pushes never force.
-        let refspec = format!("+refs/heads/{branch}:{tracking}");
+        // push upstream. Our own pushes to shared branches never force.
+        let refspecs: Vec<String> = branches
+            .iter()
+            .map(|b| format!("+refs/heads/{b}:{}", tracking_ref(b)))
+            .collect();
+        let refspecs: Vec<&str> = refspecs.iter().map(String::as_str).collect();
         let mut remote = self
             .repo
             .remote_anonymous(&self.url)
@@ -314,45 +378,45 @@ impl Repo {
             .download_tags(AutotagOption::None)
             .update_fetchhead(false);
         remote
-            .fetch(&[refspec.as_str()], Some(&mut opts), None)
+            .fetch(&refspecs, Some(&mut opts), None)
             .map_err(|e| conn.error("fetch", e))?;
 
         // A refspec naming a missing branch fetches nothing without error;
         // the advertisement (kept after disconnect) tells us the truth.
-        let want = format!("refs/heads/{branch}");
-        let advertised = remote
+        let advertised: HashMap<String, Oid> = remote
             .list()
             .map_err(|e| GitError::remote("fetch", &self.url, e))?
             .iter()
-            .find(|h| h.name() == want)
-            .map(|h| h.oid());
-        let Some(advertised) = advertised else {
-            // Drop a stale tracking ref of a deleted branch so nobody reads
-            // it as current.
-            if let Ok(mut r) = self.repo.find_reference(&tracking) {
-                r.delete()
-                    .map_err(|e| GitError::git("delete stale tracking ref", e))?;
+            .map(|h| (h.name().to_owned(), h.oid()))
+            .collect();
+        let mut heads = Vec::with_capacity(branches.len());
+        for branch in branches {
+            let tracking = tracking_ref(branch);
+            let Some(&advertised) = advertised.get(&format!("refs/heads/{branch}")) else {
+                if let Ok(mut r) = self.repo.find_reference(&tracking) {
+                    r.delete()
+                        .map_err(|e| GitError::git("delete stale tracking ref", e))?;
+                }
+                heads.push(None);
+                continue;
+            };
+            let head = self
+                .repo
+                .refname_to_id(&tracking)
+                .map_err(|e| GitError::git("read remote-tracking ref", e))?;
+            if head != advertised {
+                return Err(GitError::Git {
+                    op: "fetch",
+                    message: format!(
+                        "{tracking} is {head} after fetch, but the remote advertised {advertised}"
+                    ),
+                    source: git2::Error::from_str("tracking ref out of sync"),
+                });
             }
-            return Err(GitError::BranchNotFound {
-                url: self.url.clone(),
-                branch: branch.to_owned(),
-            });
-        };
-        let head = self
-            .repo
-            .refname_to_id(&tracking)
-            .map_err(|e| GitError::git("read remote-tracking ref", e))?;
-        if head != advertised {
-            return Err(GitError::Git {
-                op: "fetch",
-                message: format!(
-                    "{tracking} is {head} after fetch, but the remote advertised {advertised}"
-                ),
-                source: git2::Error::from_str("tracking ref out of sync"),
-            });
+            tracing::debug!(url = %self.url, branch, %head, "fetched");
+            heads.push(Some(head));
         }
-        tracing::debug!(url = %self.url, branch, %head, "fetched");
-        Ok(head)
+        Ok(heads)
     }
 
     /// Contents of every `*.yaml` / `*.yml` blob under directory

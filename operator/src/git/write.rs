@@ -18,6 +18,46 @@ use super::commit::{Author, FileEdit};
 use super::error::{GitError, Result};
 use super::repo::Repo;
 
+/// Points of a write where a hook may run (see the writer's test hooks):
+/// after the fetch, after the commit object was created, right before the
+/// push, while the push is under way (remote contacted, ref not yet
+/// updated), and after the remote accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WritePoint {
+    Fetched,
+    Committed,
+    BeforePush,
+    Pushing,
+    Pushed,
+}
+
+impl WritePoint {
+    /// The name used by the `IMAGEWATCH_TEST_CRASH_POINT` hook.
+    pub fn name(self) -> &'static str {
+        match self {
+            WritePoint::Fetched => "after-fetch",
+            WritePoint::Committed => "after-commit",
+            WritePoint::BeforePush => "before-push",
+            WritePoint::Pushing => "mid-push",
+            WritePoint::Pushed => "after-push",
+        }
+    }
+
+    /// Every point, in order.
+    pub const ALL: [WritePoint; 5] = [
+        WritePoint::Fetched,
+        WritePoint::Committed,
+        WritePoint::BeforePush,
+        WritePoint::Pushing,
+        WritePoint::Pushed,
+    ];
+
+    /// The point named `name` (see [`WritePoint::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
 /// Result of [`write_with_retry`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOutcome {
@@ -101,7 +141,7 @@ pub fn write_with_retry(
 
 /// 100 ms, 200 ms, 400 ms, ... capped at 2 s, plus up to 50 % jitter so
 /// that writers racing for the same branch do not retry in lockstep.
-fn backoff(attempt: u32) -> Duration {
+pub fn backoff(attempt: u32) -> Duration {
     let base_ms = 100u64
         .saturating_mul(1 << attempt.saturating_sub(1).min(5))
         .min(2_000);

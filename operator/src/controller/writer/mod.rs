@@ -1,0 +1,516 @@
+//! Write step: the git writer. Reconciles hand it edit intents ("set this target to this
+//! image"); it turns every intent arriving for one (repository, branch) within a short
+//! window into one commit.
+//!
+//! Shape: [`GitWriter`] keeps one writer task per [`WriterKey`] (repository URL, branch, push
+//! branch, credentials), reached through a channel. [`GitWriter::apply`] sends a job (the
+//! intent plus a one-shot reply channel) and waits for its own [`WriteResult`]. The task
+//! collects jobs until the batching window after the first one closes (or the batch is
+//! full), then runs the batch on the blocking pool (`batch.rs`: fetch, plan all, commit once,
+//! push, re-plan and retry on rejection). A task that stays idle exits to free its memory; the
+//! next intent starts a new one.
+//!
+//! Credentials are part of the key: watches in different namespaces may name different
+//! Secrets for the same repository, and one watch's intent must never be pushed with another
+//! watch's credentials.
+//!
+//! The current image is read from Git (desired state), never from the live cluster. A commit
+//! holds only the intended edits; shared branches are only ever fast-forwarded. In push-branch
+//! mode ([`WriteRequest::push_branch`]) the commit is based on the branch head and
+//! force-pushed to the push branch, but only while that branch holds nothing but our own
+//! commit (rule in `git/branch.rs`).
+//!
+//! Test hook: `IMAGEWATCH_TEST_CRASH_POINT` (`--test-crash-point`, hidden) set to
+//! `after-fetch`, `after-commit`, `before-push`, `mid-push` or `after-push` aborts the
+//! process at that point of a write, so tests can prove that a restart completes the work
+//! without a duplicate commit. Never set it in production.
+
+mod batch;
+mod message;
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+
+pub use message::{
+    Change, CommitTemplate, DEFAULT_COMMIT_TEMPLATE, TemplateError, short_image, subject,
+};
+
+use super::ReconcileError;
+use crate::{
+    git::{Author, GitAuth, RepoCache, SigningKeyError, SshSigner, WritePoint},
+    manifests::{ImageChange, TargetSpec},
+    telemetry::{Metrics, PushLabels},
+};
+
+/// One edit intent (or, when `dry_run`, only a question: what would change?).
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// Repository URL.
+    pub url: String,
+    /// Branch: read from, and the base of every commit.
+    pub branch: String,
+    /// Credentials.
+    pub auth: GitAuth,
+    /// The place in the repository that holds the image.
+    pub target: TargetSpec,
+    /// The image to write.
+    pub change: ImageChange,
+    /// `namespace/name` of the watch, for the commit message.
+    pub watch: String,
+    /// Read only: report what would change, write nothing.
+    pub dry_run: bool,
+    /// Push-branch mode: commit on `branch`'s head, force-push to this branch (e.g.
+    /// `imagewatch/my-api`) instead of fast-forwarding `branch`. Refused when the push
+    /// branch holds commits we did not make.
+    pub push_branch: Option<String>,
+}
+
+/// What Git holds and what was done, for one intent.
+#[derive(Debug, Clone)]
+pub struct WriteResult {
+    /// File holding the image.
+    pub file: String,
+    /// Image in Git before this write.
+    pub current_before: String,
+    /// Image in Git after this write (equals `current_before` when nothing was written).
+    pub current_after: String,
+    /// Image the watch wants.
+    pub desired: String,
+    /// Whether Git differs from what the watch wants (only meaningful for a dry run).
+    pub changed_needed: bool,
+    /// The commit holding this intent's edit, when this write made one (shared by every
+    /// intent of the batch).
+    pub commit: Option<String>,
+    /// Head of the written branch after this write (the push branch in push-branch mode, when
+    /// it exists).
+    pub head: String,
+    /// Fetch/commit/push rounds (1 unless a push was rejected).
+    pub attempts: u32,
+}
+
+/// A callback run at each point of a write (tests only).
+pub type WriteHook = Arc<dyn Fn(WritePoint) + Send + Sync>;
+
+/// How the writer batches, commits and signs.
+#[derive(Clone)]
+pub struct WriterOptions {
+    /// Author and committer of our commits.
+    pub author: Author,
+    /// Rounds of a write whose push is rejected (non-fast-forward) before giving up.
+    pub push_attempts: u32,
+    /// Intents arriving within this time after the first one of a batch join it.
+    pub batch_window: Duration,
+    /// Most intents in one batch.
+    pub max_batch: usize,
+    /// A writer task with nothing to do for this long exits.
+    pub idle_timeout: Duration,
+    /// Commit message template.
+    pub commit_template: CommitTemplate,
+    /// Signs commits when set.
+    pub signer: Option<SshSigner>,
+    /// Test hook: abort the process at this point of a write.
+    pub crash_point: Option<WritePoint>,
+    /// Test hook: called at each point of a write.
+    pub hook: Option<WriteHook>,
+}
+
+impl std::fmt::Debug for WriterOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterOptions")
+            .field("author", &self.author)
+            .field("push_attempts", &self.push_attempts)
+            .field("batch_window", &self.batch_window)
+            .field("max_batch", &self.max_batch)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("signer", &self.signer)
+            .field("crash_point", &self.crash_point)
+            .field("hook", &self.hook.as_ref().map(|_| "<fn>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl WriterOptions {
+    /// Defaults: 5 push attempts, a 1 s window, at most 500 intents per batch, idle writers
+    /// exit after 5 min, the default commit template, no signing.
+    pub fn new(author: Author) -> Self {
+        Self {
+            author,
+            push_attempts: 5,
+            batch_window: Duration::from_secs(1),
+            max_batch: 500,
+            idle_timeout: Duration::from_secs(300),
+            commit_template: CommitTemplate::default(),
+            signer: None,
+            crash_point: None,
+            hook: None,
+        }
+    }
+
+    /// From `imagewatch run`'s flags; loads the signing key.
+    pub fn from_run_args(args: &crate::cli::RunArgs) -> Result<Self, SigningKeyError> {
+        let signer = match &args.signing_key {
+            Some(path) => {
+                let signer = SshSigner::from_file(path)?;
+                tracing::info!(public_key = %signer.public_key(), "signing commits with an SSH key");
+                Some(signer)
+            }
+            None => None,
+        };
+        if let Some(point) = args.test_crash_point {
+            tracing::warn!(
+                point = point.name(),
+                "test hook: the process will abort at this point of the first git write"
+            );
+        }
+        Ok(Self {
+            push_attempts: args.push_attempts,
+            batch_window: args.batch_window,
+            commit_template: args.commit_template.clone(),
+            signer,
+            crash_point: args.test_crash_point,
+            ..Self::new(Author {
+                name: args.git_author_name.clone(),
+                email: args.git_author_email.clone(),
+            })
+        })
+    }
+}
+
+/// The unit that has exactly one writer task: repository URL, branch, push branch and a
+/// fingerprint of the credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WriterKey {
+    /// Repository URL.
+    pub url: String,
+    /// Branch.
+    pub branch: String,
+    /// Push branch, if any.
+    pub push_branch: Option<String>,
+    /// SHA-256 of the credentials (never the credentials themselves).
+    credentials: [u8; 32],
+}
+
+impl WriterKey {
+    /// The key of a request.
+    pub fn of(request: &WriteRequest) -> Self {
+        Self {
+            url: request.url.clone(),
+            branch: request.branch.clone(),
+            push_branch: request
+                .push_branch
+                .clone()
+                .filter(|p| !p.is_empty() && *p != request.branch),
+            credentials: fingerprint(&request.auth),
+        }
+    }
+}
+
+fn fingerprint(auth: &GitAuth) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut field = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    match auth {
+        GitAuth::Anonymous => field("anonymous"),
+        GitAuth::Basic { username, password } => {
+            field("basic");
+            field(username);
+            field(password);
+        }
+        GitAuth::Ssh {
+            private_key,
+            passphrase,
+            known_hosts,
+        } => {
+            field("ssh");
+            field(private_key);
+            field(passphrase.as_deref().unwrap_or(""));
+            field(known_hosts);
+        }
+    }
+    h.finalize().into()
+}
+
+/// An intent and where its answer goes.
+struct Job {
+    request: WriteRequest,
+    reply: oneshot::Sender<Result<WriteResult, ReconcileError>>,
+}
+
+/// State shared by the writer and its tasks.
+struct Shared {
+    cache: RepoCache,
+    options: WriterOptions,
+    metrics: Arc<Metrics>,
+    tasks: Mutex<HashMap<WriterKey, (u64, mpsc::Sender<Job>)>>,
+    next_task: AtomicU64,
+}
+
+/// Batches intents per (repository, branch) into commits and owns the clone cache.
+pub struct GitWriter {
+    shared: Arc<Shared>,
+}
+
+/// Jobs that may wait in one task's queue.
+const QUEUE: usize = 4096;
+
+impl GitWriter {
+    /// A writer keeping its clones under `cache_dir/git`, with default options.
+    pub fn new(cache_dir: &Path, author: Author, attempts: u32, metrics: Arc<Metrics>) -> Self {
+        let mut options = WriterOptions::new(author);
+        options.push_attempts = attempts;
+        Self::with_options(cache_dir, options, metrics)
+    }
+
+    /// A writer keeping its clones under `cache_dir/git`.
+    pub fn with_options(cache_dir: &Path, options: WriterOptions, metrics: Arc<Metrics>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                cache: RepoCache::new(cache_dir.join("git")),
+                options,
+                metrics,
+                tasks: Mutex::default(),
+                next_task: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Writer tasks currently alive.
+    pub fn active_writers(&self) -> usize {
+        self.shared
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Queues the intent with the others for its repository and branch and waits for its
+    /// result: the target is read from Git at the fetched head and, unless `dry_run`, the
+    /// change is committed and pushed (together with the rest of the batch) when Git differs.
+    pub async fn apply(&self, request: WriteRequest) -> Result<WriteResult, ReconcileError> {
+        let key = WriterKey::of(&request);
+        let (reply, answer) = oneshot::channel();
+        let mut job = Job { request, reply };
+        // A task that just retired closes its queue; the retry reaches a fresh one.
+        let mut sent = false;
+        for _ in 0..3 {
+            let (id, sender) = self.sender_for(&key);
+            match sender.send(job).await {
+                Ok(()) => {
+                    sent = true;
+                    break;
+                }
+                Err(mpsc::error::SendError(back)) => {
+                    job = back;
+                    self.forget(&key, id);
+                }
+            }
+        }
+        if !sent {
+            return Err(ReconcileError::Internal(
+                "the git writer task for this repository is not accepting work".into(),
+            ));
+        }
+        answer.await.map_err(|_| {
+            ReconcileError::Internal("the git writer task stopped before answering".into())
+        })?
+    }
+
+    fn sender_for(&self, key: &WriterKey) -> (u64, mpsc::Sender<Job>) {
+        let mut tasks = self
+            .shared
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((id, sender)) = tasks.get(key)
+            && !sender.is_closed()
+        {
+            return (*id, sender.clone());
+        }
+        let id = self.shared.next_task.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        tasks.insert(key.clone(), (id, sender.clone()));
+        tracing::debug!(url = %key.url, branch = %key.branch, push_branch = ?key.push_branch, "starting git writer task");
+        tokio::spawn(run_task(self.shared.clone(), key.clone(), id, receiver));
+        (id, sender)
+    }
+
+    fn forget(&self, key: &WriterKey, id: u64) {
+        let mut tasks = self
+            .shared
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tasks.get(key).is_some_and(|(i, _)| *i == id) {
+            tasks.remove(key);
+        }
+    }
+}
+
+/// One writer task: collect a batch, write it, repeat; retire when idle.
+async fn run_task(shared: Arc<Shared>, key: WriterKey, id: u64, mut receiver: mpsc::Receiver<Job>) {
+    let options = &shared.options;
+    loop {
+        let first = tokio::select! {
+            job = receiver.recv() => match job {
+                Some(job) => job,
+                None => return,
+            },
+            () = tokio::time::sleep(options.idle_timeout) => {
+                // Leave the map first, so no new sender is handed out; then close the queue
+                // and write whatever slipped in meanwhile.
+                {
+                    let mut tasks = shared.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+                    if tasks.get(&key).is_some_and(|(i, _)| *i == id) {
+                        tasks.remove(&key);
+                    }
+                }
+                receiver.close();
+                let mut rest = Vec::new();
+                while let Ok(job) = receiver.try_recv() {
+                    rest.push(job);
+                }
+                if !rest.is_empty() {
+                    write_jobs(&shared, rest).await;
+                }
+                tracing::debug!(url = %key.url, branch = %key.branch, "git writer task idle; exiting");
+                return;
+            }
+        };
+        let mut jobs = vec![first];
+        let deadline = tokio::time::Instant::now() + options.batch_window;
+        while jobs.len() < options.max_batch.max(1) {
+            match tokio::time::timeout_at(deadline, receiver.recv()).await {
+                Ok(Some(job)) => jobs.push(job),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        write_jobs(&shared, jobs).await;
+    }
+}
+
+/// Writes one batch on the blocking pool and answers every job.
+async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
+    let (requests, replies): (Vec<WriteRequest>, Vec<_>) =
+        jobs.into_iter().map(|j| (j.request, j.reply)).unzip();
+    let count = requests.len();
+    let task_shared = shared.clone();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let options = &task_shared.options;
+        let crash_point = options.crash_point;
+        let hook = options.hook.clone();
+        let hook = move |point: WritePoint| {
+            if crash_point == Some(point) {
+                tracing::error!(
+                    point = point.name(),
+                    "test hook IMAGEWATCH_TEST_CRASH_POINT: aborting the process"
+                );
+                std::process::abort();
+            }
+            if let Some(hook) = &hook {
+                hook(point);
+            }
+        };
+        let config = batch::BatchConfig {
+            author: &options.author,
+            signer: options.signer.as_ref(),
+            attempts: options.push_attempts,
+            template: &options.commit_template,
+            hook: &hook,
+        };
+        batch::write_batch(&task_shared.cache, &requests, &config)
+    })
+    .await;
+    let results = match outcome {
+        Ok(outcome) => {
+            record_metrics(&shared.metrics, &outcome);
+            outcome.results
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "git writer batch panicked or was cancelled");
+            (0..count)
+                .map(|_| Err(ReconcileError::Internal(format!("git task: {e}"))))
+                .collect()
+        }
+    };
+    for (reply, result) in replies.into_iter().zip(results) {
+        // The caller may have gone away (shutdown); the write stands either way.
+        let _ = reply.send(result);
+    }
+}
+
+fn record_metrics(metrics: &Metrics, outcome: &batch::BatchOutcome) {
+    let push = |outcome: &str, n: u64| {
+        if n > 0 {
+            metrics
+                .git_pushes
+                .get_or_create(&PushLabels {
+                    outcome: outcome.to_string(),
+                })
+                .inc_by(n);
+        }
+    };
+    push("rejected", u64::from(outcome.rejected));
+    if outcome.pushed.is_some() {
+        metrics.commits.inc();
+        push("ok", 1);
+    }
+    if let Some(category) = outcome.failure {
+        push(category, 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(auth: GitAuth, push_branch: Option<&str>) -> WriteRequest {
+        WriteRequest {
+            url: "https://git.example/x.git".into(),
+            branch: "main".into(),
+            auth,
+            target: TargetSpec::Helm {
+                file: "values.yaml".into(),
+                key: "image.tag".into(),
+            },
+            change: ImageChange::Tag("1".into()),
+            watch: "ns/w".into(),
+            dry_run: false,
+            push_branch: push_branch.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn keys_separate_credentials_and_push_branches() {
+        let basic = |p: &str| GitAuth::Basic {
+            username: "u".into(),
+            password: p.into(),
+        };
+        let a = WriterKey::of(&request(basic("s3cret-one"), None));
+        assert_eq!(a, WriterKey::of(&request(basic("s3cret-one"), None)));
+        assert_ne!(a, WriterKey::of(&request(basic("s3cret-two"), None)));
+        assert_ne!(a, WriterKey::of(&request(GitAuth::Anonymous, None)));
+        assert_ne!(
+            a,
+            WriterKey::of(&request(basic("s3cret-one"), Some("imagewatch/w")))
+        );
+        // A push branch equal to the branch (or empty) is plain mode.
+        assert_eq!(
+            a,
+            WriterKey::of(&request(basic("s3cret-one"), Some("main")))
+        );
+        assert_eq!(a, WriterKey::of(&request(basic("s3cret-one"), Some(""))));
+        assert!(!format!("{a:?}").contains("s3cret"));
+    }
+}

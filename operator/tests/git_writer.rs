@@ -1,0 +1,429 @@
+//! Component tests of the git writer against real repositories (`file://` remotes, the git
+//! CLI as the other writers): batching into one commit, re-planning after a lost race,
+//! per-intent failures, dry runs, commit messages, SSH signing, idle tasks, and a write
+//! interrupted at every point.
+
+mod support;
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::future::join_all;
+use imagewatch::{
+    controller::{ReconcileError, writer::CommitTemplate},
+    git::{SshSigner, WritePoint},
+};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_intents_make_one_commit() {
+    let fx = Fixture::new(25, 25);
+    let writer = fx.writer(options(Duration::from_secs(2)));
+    let names: Vec<String> = (0..25).map(single).chain((0..25).map(bundled)).collect();
+    let results = join_all(names.iter().map(|n| writer.apply(fx.request(n, "2.0.0")))).await;
+
+    let head = fx.head("main");
+    assert_eq!(fx.commit_count("main"), 2, "exactly one new commit");
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), fx.seed);
+    for (name, result) in names.iter().zip(&results) {
+        let r = result.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.commit.as_deref(), Some(head.as_str()), "{name}");
+        assert_eq!(r.head, head);
+        assert_eq!(r.current_before, image(name, "1.0.0"));
+        assert_eq!(r.current_after, image(name, "2.0.0"));
+        assert_eq!(r.desired, image(name, "2.0.0"));
+        let file = if name.starts_with("single") {
+            format!("{DIR}/{name}.yaml")
+        } else {
+            format!("{DIR}/bundle.yaml")
+        };
+        assert_eq!(r.file, file);
+        assert_eq!(r.attempts, 1);
+    }
+    // All 50 edits are in the commit, byte-minimal, including the 25 in one file.
+    let changed = fx.remote_git(&["diff", "--name-only", &fx.seed, &head]);
+    assert_eq!(changed.lines().count(), 26, "{changed}");
+    let bundle = fx.show("main", &format!("{DIR}/bundle.yaml"));
+    for n in 0..25 {
+        assert!(bundle.contains(&format!("{}   # kept", image(&bundled(n), "2.0.0"))));
+    }
+    assert!(!bundle.contains("1.0.0"));
+    let stat = fx.remote_git(&["diff", "--numstat", &fx.seed, &head]);
+    let (added, removed) = stat.lines().fold((0, 0), |(a, r), l| {
+        let mut it = l.split_whitespace();
+        let n = |s: Option<&str>| s.unwrap().parse::<usize>().unwrap();
+        (a + n(it.next()), r + n(it.next()))
+    });
+    assert_eq!((added, removed), (50, 50), "one line per edit");
+    let message = fx.remote_git(&["log", "-1", "--format=%an <%ae>%n%B", "main"]);
+    assert!(
+        message
+            .starts_with("imagewatch <imagewatch@example.com>\nimagewatch: update 50 images\n\n"),
+        "{message}"
+    );
+    assert_eq!(
+        message.lines().filter(|l| l.starts_with("- team/")).count(),
+        50
+    );
+    assert!(message.contains(&format!(
+        "- team/single-07: {DIR}/single-07.yaml: {} -> {}",
+        image("single-07", "1.0.0"),
+        image("single-07", "2.0.0")
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_edit_has_a_one_line_subject_and_templates_apply() {
+    let fx = Fixture::new(2, 0);
+    let writer = fx.writer(options(Duration::from_millis(50)));
+    writer.apply(fx.request(&single(0), "1.2.4")).await.unwrap();
+    let message = fx.remote_git(&["log", "-1", "--format=%B", "main"]);
+    assert_eq!(
+        message,
+        format!(
+            "imagewatch: single-00 1.0.0 -> 1.2.4\n\n- team/single-00: {DIR}/single-00.yaml: {} -> {}",
+            image("single-00", "1.0.0"),
+            image("single-00", "1.2.4")
+        )
+    );
+
+    let mut o = options(Duration::from_millis(50));
+    o.commit_template =
+        CommitTemplate::parse("deploy({{branch}}): {{count}} image(s)\\n\\n{{watches}}").unwrap();
+    let writer = fx.writer(o);
+    writer.apply(fx.request(&single(1), "9")).await.unwrap();
+    let message = fx.remote_git(&["log", "-1", "--format=%B", "main"]);
+    assert_eq!(message, "deploy(main): 1 image(s)\n\nteam/single-01");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_push_between_our_fetch_and_push_is_kept_and_we_retry() {
+    let fx = Arc::new(Fixture::new(3, 0));
+    let theirs = Arc::new(Mutex::new(None));
+    let mut o = options(Duration::from_millis(300));
+    {
+        let fx = fx.clone();
+        let theirs = theirs.clone();
+        let fired = AtomicBool::new(false);
+        o.hook = Some(Arc::new(move |point| {
+            if point == WritePoint::BeforePush && !fired.swap(true, Ordering::SeqCst) {
+                // Another writer lands a commit after our fetch, before our push.
+                let c = fx.other_writer_push("main", "other/README.md", "# changed by a person\n");
+                *theirs.lock().unwrap() = Some(c);
+            }
+        }));
+    }
+    let writer = fx.writer(o);
+    let results = join_all([
+        writer.apply(fx.request(&single(0), "2.0.0")),
+        writer.apply(fx.request(&single(1), "2.0.0")),
+    ])
+    .await;
+    let theirs = theirs.lock().unwrap().clone().expect("the hook ran");
+    let head = fx.head("main");
+    for r in &results {
+        let r = r.as_ref().unwrap();
+        assert_eq!(r.attempts, 2, "rejected once, then pushed");
+        assert_eq!(r.commit.as_deref(), Some(head.as_str()));
+    }
+    // Both changes survive: ours sits directly on theirs, and their commit is untouched.
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), theirs);
+    assert_eq!(fx.commit_count("main"), 3);
+    assert_eq!(fx.show("main", "other/README.md"), "# changed by a person");
+    assert!(
+        fx.show("main", &format!("{DIR}/single-00.yaml"))
+            .contains(":2.0.0")
+    );
+    assert!(
+        fx.show("main", &format!("{DIR}/single-01.yaml"))
+            .contains(":2.0.0")
+    );
+    assert_eq!(
+        fx.remote_git(&["diff", "--name-only", &theirs, &head])
+            .lines()
+            .count(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_intent_someone_else_satisfied_drops_out_on_retry() {
+    let fx = Arc::new(Fixture::new(2, 0));
+    let mut o = options(Duration::from_millis(300));
+    {
+        let fx = fx.clone();
+        let fired = AtomicBool::new(false);
+        o.hook = Some(Arc::new(move |point| {
+            if point == WritePoint::BeforePush && !fired.swap(true, Ordering::SeqCst) {
+                // A person makes exactly our edit of single-00 first.
+                let name = single(0);
+                fx.other_writer_push(
+                    "main",
+                    &format!("{DIR}/{name}.yaml"),
+                    &deployment(&name, &image(&name, "2.0.0")),
+                );
+            }
+        }));
+    }
+    let writer = fx.writer(o);
+    let results = join_all([
+        writer.apply(fx.request(&single(0), "2.0.0")),
+        writer.apply(fx.request(&single(1), "2.0.0")),
+    ])
+    .await;
+    let head = fx.head("main");
+    let satisfied = results[0].as_ref().unwrap();
+    assert_eq!(satisfied.commit, None, "nothing left to do for it");
+    assert_eq!(satisfied.current_before, image(&single(0), "2.0.0"));
+    assert!(!satisfied.changed_needed);
+    let written = results[1].as_ref().unwrap();
+    assert_eq!(written.commit.as_deref(), Some(head.as_str()));
+    // Our commit holds only single-01's edit.
+    let changed = fx.remote_git(&["diff", "--name-only", "main^", "main"]);
+    assert_eq!(changed, format!("{DIR}/single-01.yaml"));
+    assert_eq!(fx.commit_count("main"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_intent_does_not_block_the_others() {
+    let fx = Fixture::new(2, 0);
+    let writer = fx.writer(options(Duration::from_millis(500)));
+    let mut missing_dir = fx.request(&single(1), "2.0.0");
+    missing_dir.target = imagewatch::manifests::TargetSpec::Workload {
+        path: "apps/nowhere".into(),
+        target: imagewatch::manifests::WorkloadTarget {
+            kind: "Deployment".into(),
+            name: single(1),
+            container: "app".into(),
+            namespace: None,
+        },
+    };
+    let results = join_all([
+        writer.apply(fx.request(&single(0), "2.0.0")),
+        writer.apply(fx.request("does-not-exist", "2.0.0")),
+        writer.apply(missing_dir),
+        writer.apply(fx.request(&single(1), "2.0.0")),
+    ])
+    .await;
+    let head = fx.head("main");
+    assert_eq!(
+        results[0].as_ref().unwrap().commit.as_deref(),
+        Some(head.as_str())
+    );
+    assert_eq!(
+        results[3].as_ref().unwrap().commit.as_deref(),
+        Some(head.as_str())
+    );
+    match &results[1] {
+        Err(ReconcileError::TargetNotFound(m)) => assert!(m.contains("does-not-exist"), "{m}"),
+        other => panic!("expected TargetNotFound, got {other:?}"),
+    }
+    match &results[2] {
+        Err(ReconcileError::TargetNotFound(m)) => assert!(m.contains("apps/nowhere"), "{m}"),
+        other => panic!("expected TargetNotFound, got {other:?}"),
+    }
+    assert_eq!(fx.commit_count("main"), 2);
+    assert_eq!(
+        fx.remote_git(&["diff", "--name-only", &fx.seed, "main"])
+            .lines()
+            .count(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dry_run_never_writes() {
+    let fx = Fixture::new(2, 0);
+    let writer = fx.writer(options(Duration::from_millis(300)));
+    // Alone.
+    let mut dry = fx.request(&single(0), "2.0.0");
+    dry.dry_run = true;
+    let r = writer.apply(dry.clone()).await.unwrap();
+    assert!(r.changed_needed);
+    assert_eq!(r.commit, None);
+    assert_eq!(r.current_before, image(&single(0), "1.0.0"));
+    assert_eq!(r.current_after, image(&single(0), "1.0.0"));
+    assert_eq!(r.desired, image(&single(0), "2.0.0"));
+    assert_eq!(r.head, fx.seed);
+    assert_eq!(fx.head("main"), fx.seed);
+    // In a batch with a real write: only the real edit is committed.
+    let results = join_all([
+        writer.apply(dry),
+        writer.apply(fx.request(&single(1), "2.0.0")),
+    ])
+    .await;
+    let head = fx.head("main");
+    assert_eq!(results[0].as_ref().unwrap().commit, None);
+    assert_eq!(
+        results[1].as_ref().unwrap().commit.as_deref(),
+        Some(head.as_str())
+    );
+    assert_eq!(
+        fx.remote_git(&["diff", "--name-only", &fx.seed, "main"]),
+        format!("{DIR}/single-01.yaml")
+    );
+    assert!(
+        fx.show("main", &format!("{DIR}/single-00.yaml"))
+            .contains(":1.0.0")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_to_date_intents_make_no_commit() {
+    let fx = Fixture::new(1, 0);
+    let writer = fx.writer(options(Duration::from_millis(50)));
+    let r = writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
+    assert_eq!(r.commit, None);
+    assert!(!r.changed_needed);
+    assert_eq!(r.head, fx.seed);
+    assert_eq!(fx.commit_count("main"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_are_signed_with_an_ssh_key() {
+    let fx = Fixture::new(1, 0);
+    let key = fx.tmp.path().join("signing_key");
+    git(
+        fx.tmp.path(),
+        &["version"], // the git CLI is present; ssh-keygen comes with it here
+    );
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "imagewatch", "-f"])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen runs");
+    assert!(status.success());
+    let signer = SshSigner::from_file(&key).unwrap();
+    let mut o = options(Duration::from_millis(50));
+    o.signer = Some(signer.clone());
+    let writer = fx.writer(o);
+    let r = writer.apply(fx.request(&single(0), "2.0.0")).await.unwrap();
+    let commit = r.commit.unwrap();
+
+    let raw = fx.remote_git(&["cat-file", "commit", &commit]);
+    assert!(
+        raw.contains("gpgsig -----BEGIN SSH SIGNATURE-----"),
+        "{raw}"
+    );
+    // git itself verifies it, as `git verify-commit` does for a developer with
+    // gpg.ssh.allowedSignersFile.
+    let allowed = fx.tmp.path().join("allowed_signers");
+    std::fs::write(
+        &allowed,
+        format!("imagewatch@example.com {}\n", signer.public_key()),
+    )
+    .unwrap();
+    let out = std::process::Command::new("git")
+        .args(["--git-dir", fx.remote.to_str().unwrap()])
+        .args(["-c", "gpg.format=ssh"])
+        .arg("-c")
+        .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+        .args(["verify-commit", "-v", &commit])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Good \"git\" signature for imagewatch@example.com"),
+        "{text}"
+    );
+    // The signed commit is otherwise an ordinary commit of ours.
+    assert_eq!(
+        fx.remote_git(&["rev-parse", &format!("{commit}^")]),
+        fx.seed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_writer_tasks_exit_and_come_back() {
+    let fx = Fixture::new(1, 0);
+    let mut o = options(Duration::from_millis(20));
+    o.idle_timeout = Duration::from_millis(200);
+    let writer = fx.writer(o);
+    writer.apply(fx.request(&single(0), "2.0.0")).await.unwrap();
+    assert_eq!(writer.active_writers(), 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while writer.active_writers() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the idle task did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = writer.apply(fx.request(&single(0), "3.0.0")).await.unwrap();
+    assert!(r.commit.is_some());
+    assert_eq!(fx.commit_count("main"), 3);
+}
+
+/// A write interrupted at any point (the hook panics, which fails the batch like a crash
+/// of its task) and then done again leaves exactly one commit with exactly the edits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_write_completes_once_when_retried() {
+    for point in WritePoint::ALL {
+        let fx = Fixture::new(2, 0);
+        let mut o = options(Duration::from_millis(100));
+        let fired = Arc::new(AtomicUsize::new(0));
+        {
+            let fired = fired.clone();
+            o.hook = Some(Arc::new(move |p| {
+                if p == point && fired.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("simulated crash at {}", point.name());
+                }
+            }));
+        }
+        let writer = fx.writer(o);
+        let first = join_all([
+            writer.apply(fx.request(&single(0), "2.0.0")),
+            writer.apply(fx.request(&single(1), "2.0.0")),
+        ])
+        .await;
+        assert!(
+            first.iter().all(|r| r.is_err()),
+            "{}: {first:?}",
+            point.name()
+        );
+        let pushed_before_crash = point == WritePoint::Pushed;
+        assert_eq!(
+            fx.commit_count("main"),
+            if pushed_before_crash { 2 } else { 1 },
+            "{}",
+            point.name()
+        );
+
+        let again = join_all([
+            writer.apply(fx.request(&single(0), "2.0.0")),
+            writer.apply(fx.request(&single(1), "2.0.0")),
+        ])
+        .await;
+        for r in &again {
+            let r = r.as_ref().unwrap();
+            assert_eq!(r.commit.is_some(), !pushed_before_crash, "{}", point.name());
+            assert_eq!(r.head, fx.head("main"));
+        }
+        assert_eq!(
+            fx.commit_count("main"),
+            2,
+            "{}: exactly one commit",
+            point.name()
+        );
+        assert_eq!(
+            fx.remote_git(&["diff", "--name-only", &fx.seed, "main"])
+                .lines()
+                .count(),
+            2,
+            "{}",
+            point.name()
+        );
+    }
+}
