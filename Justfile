@@ -54,3 +54,7 @@ testground-down:
 # The whole loop on the test ground: a pushed image becomes a commit and a Ready status.
 demo:
     e2e/scripts/demo.sh
+
+# Benchmarks on the test ground (push → commit latency, throughput, memory); markdown output.
+bench:
+    e2e/scripts/bench.sh

@@ -30,6 +30,13 @@ pub struct GitSource {
     /// HTTPS; `sshPrivateKey` + `knownHosts` for SSH.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Push to this branch instead of `branch` (commits are still based on `branch`), e.g.
+    /// `imagewatch/{name}` for a branch a pull request or CI picks up. `{namespace}` and
+    /// `{name}` are replaced by the watch's. The operator force-updates only branches whose
+    /// commits it made itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub push_branch: Option<String>,
 }
 
 impl GitSource {

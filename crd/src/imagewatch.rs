@@ -243,9 +243,11 @@ pub struct KustomizeTarget {
     /// Directory holding `kustomization.yaml`.
     #[schemars(length(max = 1024))]
     pub path: String,
-    /// The entry's `name` (the image name used in the base manifests).
+    /// The entry's `name` (the image name used in the base manifests). Defaults to
+    /// `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
-    pub image: String,
+    pub image: Option<String>,
 }
 
 /// A Helm values file and the key path of the tag.
@@ -270,6 +272,11 @@ pub struct ArgocdSourceTarget {
     /// Argo CD Application name.
     #[schemars(length(min = 1, max = 253))]
     pub application: String,
+    /// The image's name as the Application's kustomize images or Helm parameters know it.
+    /// Defaults to `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub image: Option<String>,
 }
 
 /// Observed state of an ImageWatch.

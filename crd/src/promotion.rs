@@ -65,6 +65,7 @@ use crate::common::{GitSource, SecretRef};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'Commit') || has(self.pullRequest)").message("spec.pullRequest is required in mode PullRequest (the default)"))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionPolicySpec {
     /// Where the candidate comes from.
@@ -89,6 +90,28 @@ pub struct PromotionPolicySpec {
     /// Stop proposing. Status keeps reporting the candidate and gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// How often gates are evaluated again when nothing else changes (a soak ending, an
+    /// Application becoming healthy), e.g. `1m`. Between 10s and 24h. Defaults to 1m.
+    /// Changes of the source ImageWatches are acted on at once.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
+    pub interval: Option<String>,
+}
+
+impl PromotionPolicySpec {
+    /// The delivery mode (`PullRequest` when unset).
+    pub fn mode(&self) -> PromotionMode {
+        self.mode.unwrap_or_default()
+    }
+    /// Whether proposing is suspended.
+    pub fn is_suspended(&self) -> bool {
+        self.suspend.unwrap_or(false)
+    }
+    /// Re-evaluation interval text (`1m` when unset).
+    pub fn interval_or_default(&self) -> &str {
+        self.interval.as_deref().unwrap_or("1m")
+    }
 }
 
 /// The source of a candidate. Exactly one field is set.
@@ -99,23 +122,35 @@ pub struct PromotionSource {
     /// ImageWatches in this namespace whose applied tags form the candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch_selector: Option<LabelSelector>,
-    /// An overlay directory (in `to.git`'s repository) whose images are copied.
+    /// An overlay directory (in `to.git`'s repository) whose images are copied: the
+    /// `images:` of its kustomization, the `kustomize.images` of its
+    /// `.argocd-source-*.yaml` files and the containers of its workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub path: Option<String>,
+    /// Branch `path` is read from (and, for the `application` gate, the history the
+    /// Application's revision is compared with). Defaults to `to.git.branch` (`main`), or the
+    /// source watches' branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub branch: Option<String>,
 }
 
 /// The target of a promotion.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionTarget {
-    /// Git repository; omitted: the source watches' repository.
+    /// Git repository (its `pushBranch` is not used: pull requests always come from
+    /// `imagewatch/promote-<namespace>-<name>`); omitted: the source watches' repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
-    /// Directory (overlay) whose image references are updated.
+    /// Directory (overlay) whose image references are updated, relative to the repository
+    /// root. Every place in it holding a promoted image is updated.
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'"))]
     #[schemars(length(min = 1, max = 1024))]
     pub path: String,
-    /// Branch the change is proposed to.
+    /// Branch the change is proposed to (the pull request's base). Defaults to
+    /// `to.git.branch` (`main`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub branch: Option<String>,
@@ -167,7 +202,8 @@ pub struct Gates {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<ApplicationRef>,
     /// Require a human approval: the annotation `imagewatch.dev/approve` on this object set to
-    /// the candidate summary shown in status.
+    /// `status.candidateId` (or `status.candidateSummary`). Who may approve is who may
+    /// annotate the object (RBAC `patch` on promotionpolicies); the operator only reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<bool>,
 }
@@ -204,10 +240,16 @@ pub struct PullRequestSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 2048))]
     pub api_url: Option<String>,
-    /// Secret with `token` for the forge API.
+    /// Secret (in this namespace) with `token` for the forge API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
-    /// Title template.
+    /// The repository on the forge: `owner/name` (GitHub, Gitea) or the project path
+    /// `group/subgroup/name` (GitLab). Omitted: taken from the Git URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub repository: Option<String>,
+    /// Title template. Placeholders: `{{summary}}` (the images and tags), `{{path}}`,
+    /// `{{branch}}`, `{{policy}}`. Defaults to `Promote {{summary}} to {{path}}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub title: Option<String>,
@@ -247,6 +289,10 @@ pub struct PromotionPolicyStatus {
     /// One line summary of the candidate (`my-api:v1.2.4, worker:v1.2.4`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidate_summary: Option<String>,
+    /// Short fingerprint of the candidate (images and tags). With `gates.approval`, a person
+    /// approves exactly this candidate: `kubectl annotate pp <name> imagewatch.dev/approve=<id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate_id: Option<String>,
     /// Each gate's result.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<GateStatus>,
@@ -318,4 +364,59 @@ pub struct Promotion {
     pub pull_request: Option<String>,
     /// When.
     pub at: Time,
+}
+
+/// Annotation a person sets to approve a candidate (`gates.approval`): its value is
+/// `status.candidateId` or `status.candidateSummary`.
+pub const APPROVE_ANNOTATION: &str = "imagewatch.dev/approve";
+
+/// Gate names, as reported in `status.gates[].name`.
+pub mod gate {
+    /// Every promoted reference exists in its (target) registry.
+    pub const IMAGE_EXISTS: &str = "imageExists";
+    /// The source has run the candidate long enough.
+    pub const SOAK: &str = "soak";
+    /// The source's Argo CD Application is Synced and Healthy at a revision with the candidate.
+    pub const APPLICATION: &str = "application";
+    /// A person approved this candidate.
+    pub const APPROVAL: &str = "approval";
+}
+
+/// Reasons of PromotionPolicy conditions (besides the shared ones in
+/// [`crate::conditions::reason`]).
+pub mod reason {
+    /// Ready: the target already holds the candidate; nothing to propose.
+    pub const UP_TO_DATE: &str = "UpToDate";
+    /// Ready: the candidate was committed to the target branch (mode Commit).
+    pub const COMMITTED: &str = "Committed";
+    /// Ready: a pull request proposes the candidate.
+    pub const PROPOSED: &str = "Proposed";
+    /// Ready: a candidate differs from the target and waits for its gates.
+    pub const WAITING_FOR_GATES: &str = "WaitingForGates";
+    /// Ready: a source ImageWatch has not applied a tag yet (or the source path has no images).
+    pub const SOURCE_NOT_READY: &str = "SourceNotReady";
+    /// Ready: the forge API failed or refused (rate limit, authentication, validation).
+    pub const FORGE_ERROR: &str = "ForgeError";
+    /// GatesPassing: every gate passes.
+    pub const GATES_PASSED: &str = "GatesPassed";
+    /// GatesPassing: there is nothing to promote, so no gate was evaluated.
+    pub const NOTHING_TO_PROMOTE: &str = "NothingToPromote";
+    /// GatesPassing: a promoted image is missing in its registry.
+    pub const IMAGE_MISSING: &str = "ImageMissing";
+    /// GatesPassing: the source has not run the candidate for the soak time yet.
+    pub const SOAKING: &str = "Soaking";
+    /// GatesPassing: the Application is not Synced and Healthy at a revision with the candidate.
+    pub const APPLICATION_NOT_HEALTHY: &str = "ApplicationNotHealthy";
+    /// GatesPassing: nobody approved this candidate yet.
+    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
+    /// GatesPassing: a gate could not be evaluated (registry or API failure).
+    pub const GATE_ERROR: &str = "GateError";
+    /// PullRequestOpen: a pull request is open.
+    pub const OPEN: &str = "Open";
+    /// PullRequestOpen: no pull request is open.
+    pub const NO_PULL_REQUEST: &str = "NoPullRequest";
+    /// PullRequestOpen: the open pull request was closed (the target already matches).
+    pub const CLOSED: &str = "Closed";
+    /// PullRequestOpen: mode Commit opens no pull requests.
+    pub const NOT_APPLICABLE: &str = "NotApplicable";
 }

@@ -11,6 +11,7 @@
 #   IMAGEWATCH_REGISTRY_NOTIFY_URL  if set, registry events ({"events":[...]})
 #                                   are POSTed there (pushes, pulls, blob events;
 #                                   consumers filter on manifest media types)
+#   IMAGEWATCH_REGISTRY_NOTIFY_TOKEN  bearer token sent with notifications
 #   IMAGEWATCH_REGISTRY_PASSWORD    password for user `iw` (default iw-secret)
 # Deletion through the API is enabled. Data lives in $STATE/registry/data and
 # survives down/up.
@@ -78,6 +79,12 @@ notifications:
       threshold: 2
       backoff: 1s
 EOF
+    if [[ -n ${IMAGEWATCH_REGISTRY_NOTIFY_TOKEN:-} ]]; then
+      cat <<EOF
+      headers:
+        Authorization: [Bearer $IMAGEWATCH_REGISTRY_NOTIFY_TOKEN]
+EOF
+    fi
   fi
 }
 

@@ -8,10 +8,12 @@
 //! deleted when its handle drops, also when the test fails.
 
 pub mod ground;
+pub mod notifying;
 pub mod operator;
 pub mod setup;
 pub mod wait;
 
 pub use ground::{GitServer, Ground, Registry, TestNamespace};
+pub use notifying::NotifyingRegistry;
 pub use operator::Operator;
 pub use wait::wait_until;

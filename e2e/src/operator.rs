@@ -21,12 +21,16 @@ pub struct Operator {
     pub cache_dir: PathBuf,
     kubeconfig: PathBuf,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     /// CA bundle trusted for HTTPS (the ground's git server CA + system CAs).
     ca_bundle: Option<String>,
 }
 
 /// Path of the operator binary (built by `cargo build` before the tests).
 pub fn binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("IMAGEWATCH_BIN") {
+        return PathBuf::from(bin);
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
@@ -46,6 +50,17 @@ impl Operator {
         kubeconfig: &Path,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_with_env(ground, name, kubeconfig, extra, &[])
+    }
+
+    /// Like [`Operator::start`], with extra environment variables.
+    pub fn start_with_env(
+        ground: &Ground,
+        name: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let dir = ground.state.join("operators").join(name);
         std::fs::create_dir_all(&dir)?;
         let cache_dir = dir.join("cache");
@@ -56,6 +71,10 @@ impl Operator {
             cache_dir,
             kubeconfig: kubeconfig.to_path_buf(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ca_bundle: ground.env.get("IMAGEWATCH_GIT_CA_BUNDLE").cloned(),
         };
         op.spawn()?;
@@ -83,6 +102,7 @@ impl Operator {
             .args(&self.extra)
             .env("KUBECONFIG", &self.kubeconfig)
             .envs(self.ca_bundle.iter().map(|b| ("SSL_CERT_FILE", b)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info,imagewatch=debug".into()),
@@ -108,6 +128,11 @@ impl Operator {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.

@@ -33,6 +33,16 @@ pub struct Scenario {
 impl Scenario {
     /// Sets everything up; `extra` are further operator flags.
     pub async fn start(prefix: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with_env(prefix, extra, &[]).await
+    }
+
+    /// Like [`Scenario::start`], with extra environment for the operator. `{ns}` in `extra`
+    /// is replaced by the scenario's namespace.
+    pub async fn start_with_env(
+        prefix: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let ground = Ground::get()?;
         ground.install_crds()?;
         let ns = TestNamespace::create(ground, prefix).await?;
@@ -68,8 +78,9 @@ impl Scenario {
             "--namespace",
             ns.name.as_str(),
         ];
-        flags.extend_from_slice(extra);
-        let operator = Operator::start(ground, &ns.name, &kubeconfig, &flags)?;
+        let extra: Vec<String> = extra.iter().map(|e| e.replace("{ns}", &ns.name)).collect();
+        flags.extend(extra.iter().map(String::as_str));
+        let operator = Operator::start_with_env(ground, &ns.name, &kubeconfig, &flags, env)?;
         let watches = Api::namespaced(admin.clone(), &ns.name);
         Ok(Self {
             ground,

@@ -70,21 +70,23 @@ spec:
         ns = s.ns.name
     ))?;
     // Credentials for the URL prefix (the base URL of the ground's git server).
-    let mut meta = ObjectMeta::default();
-    meta.labels = Some(
-        [(
-            "imagewatch.dev/git-credentials".to_string(),
-            "true".to_string(),
-        )]
-        .into(),
-    );
-    meta.annotations = Some(
-        [(
-            "imagewatch.dev/url-prefix".to_string(),
-            git.base_url.clone(),
-        )]
-        .into(),
-    );
+    let meta = ObjectMeta {
+        labels: Some(
+            [(
+                "imagewatch.dev/git-credentials".to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        ),
+        annotations: Some(
+            [(
+                "imagewatch.dev/url-prefix".to_string(),
+                git.base_url.clone(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
     create_secret_with(
         &s.admin,
         &s.ns.name,

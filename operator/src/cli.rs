@@ -83,9 +83,66 @@ pub struct RunArgs {
     /// Retries of a rejected (non-fast-forward) push before giving up for this round.
     #[arg(long, env = "IMAGEWATCH_PUSH_ATTEMPTS", default_value_t = 5)]
     pub push_attempts: u32,
+    /// Intents for one repository and branch that arrive within this time after the first
+    /// become one commit, e.g. 1s.
+    #[arg(long, env = "IMAGEWATCH_BATCH_WINDOW", default_value = "1s", value_parser = parse_duration_arg)]
+    pub batch_window: Duration,
+    /// Commit message template. Placeholders: {{subject}}, {{changes}}, {{count}},
+    /// {{watches}}, {{files}}, {{branch}}; `\n` is a newline.
+    #[arg(
+        long,
+        env = "IMAGEWATCH_COMMIT_TEMPLATE",
+        default_value = crate::controller::writer::DEFAULT_COMMIT_TEMPLATE,
+        value_parser = parse_commit_template
+    )]
+    pub commit_template: crate::controller::writer::CommitTemplate,
+    /// Sign commits with this SSH private key (OpenSSH format, unencrypted), as git does with
+    /// `gpg.format = ssh`. GPG keys are not supported.
+    #[arg(long, env = "IMAGEWATCH_SIGNING_KEY")]
+    pub signing_key: Option<PathBuf>,
+    /// Test hook: abort the process at this point of a git write (after-fetch, after-commit,
+    /// before-push, mid-push, after-push). Never set in production.
+    #[arg(long, env = "IMAGEWATCH_TEST_CRASH_POINT", hide = true, value_parser = parse_write_point)]
+    pub test_crash_point: Option<crate::git::WritePoint>,
+    /// Address of the registry webhook receiver (`/hooks/*`); unset: no receiver.
+    #[arg(long, env = "IMAGEWATCH_WEBHOOK_ADDR")]
+    pub webhook_addr: Option<SocketAddr>,
+    /// Secret (in the operator's namespace) with webhook tokens and signing secrets:
+    /// distribution-token, dockerhub-token, ghcr-secret, harbor-token, quay-token,
+    /// generic-secret. A provider without a key is disabled.
+    #[arg(
+        long,
+        env = "IMAGEWATCH_WEBHOOK_SECRET",
+        default_value = "imagewatch-webhooks"
+    )]
+    pub webhook_secret: String,
+    /// Host name watches use for the CNCF distribution registry that sends notifications,
+    /// when it differs from the Host header pushers use.
+    #[arg(long, env = "IMAGEWATCH_DISTRIBUTION_HOST")]
+    pub distribution_host: Option<String>,
+    /// Largest webhook body accepted, in bytes.
+    #[arg(long, env = "IMAGEWATCH_WEBHOOK_BODY_LIMIT", default_value_t = 1024 * 1024)]
+    pub webhook_body_limit: usize,
+    /// The operator's own namespace (webhook Secret, leases); from the Downward API.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "imagewatch-system")]
+    pub pod_namespace: String,
+    /// SQS queue receiving EventBridge "ECR Image Action" events (the pull-based path for
+    /// clusters that cannot accept inbound webhooks); unset: no SQS consumer.
+    #[arg(long, env = "IMAGEWATCH_SQS_QUEUE_URL")]
+    pub sqs_queue_url: Option<String>,
+    /// AWS account assumed for events that do not name one.
+    #[arg(long, env = "IMAGEWATCH_SQS_DEFAULT_ACCOUNT")]
+    pub sqs_default_account: Option<String>,
+    /// Send ECR and SQS requests to this endpoint (VPC endpoints, emulators).
+    #[arg(long, env = "IMAGEWATCH_AWS_ENDPOINT_URL")]
+    pub aws_endpoint_url: Option<String>,
     /// Namespace of Argo CD's Applications (for watches without spec.git).
     #[arg(long, env = "IMAGEWATCH_ARGOCD_NAMESPACE", default_value = "argocd")]
     pub argocd_namespace: String,
+    /// Per-registry settings (plain HTTP, extra CA, rate limits, metadata budget), JSON or
+    /// YAML: `{"registries": {"host:port": {"insecure": true, "ratePerSecond": 5}}}`.
+    #[arg(long, env = "IMAGEWATCH_REGISTRIES_CONFIG")]
+    pub registries_config: Option<PathBuf>,
     /// Tags kept per repository scan (the newest ones).
     #[arg(long, env = "IMAGEWATCH_MAX_TAGS", default_value_t = 1000)]
     pub max_tags: usize,
@@ -161,6 +218,23 @@ pub struct SetImageArgs {
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::controller::parse_duration(text)
         .ok_or_else(|| format!("invalid duration {text:?} (use e.g. 30s, 5m, 1h)"))
+}
+
+/// Parses `--commit-template`.
+pub fn parse_commit_template(
+    text: &str,
+) -> Result<crate::controller::writer::CommitTemplate, String> {
+    crate::controller::writer::CommitTemplate::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_write_point(text: &str) -> Result<crate::git::WritePoint, String> {
+    crate::git::WritePoint::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = crate::git::WritePoint::ALL
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        format!("unknown write point {text:?} (one of {})", names.join(", "))
+    })
 }
 
 /// `imagewatch crds`.

@@ -54,10 +54,36 @@ pub struct EventLabels {
     pub outcome: String,
 }
 
+/// Labels of webhook receiver requests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// Provider route (`distribution`, `dockerhub`, `ghcr`, `harbor`, `quay`, `generic`).
+    pub provider: String,
+    /// `accepted`, `ignored`, `rejected_auth`, `malformed`, `too_large`, `dropped`.
+    pub result: String,
+}
+
 /// Labels of a git push.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PushLabels {
     /// `ok`, `rejected` or an error category.
+    pub outcome: String,
+}
+
+/// Labels of a PromotionPolicy promotion step.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PromotionLabels {
+    /// `committed`, `pr_opened`, `pr_updated`, `pr_closed`, `up_to_date`, `gated` or an
+    /// error category.
+    pub outcome: String,
+}
+
+/// Labels of a forge (pull request API) request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ForgeLabels {
+    /// `github`, `gitlab` or `gitea`.
+    pub provider: String,
+    /// `ok` or an error category (`rate_limited`, `unauthorized`, `already_exists`, …).
     pub outcome: String,
 }
 
@@ -76,8 +102,14 @@ pub struct Metrics {
     pub events: Family<EventLabels, Counter>,
     /// Seconds from a registry event to the commit it caused being pushed.
     pub push_to_commit_seconds: Histogram,
+    /// Webhook receiver results since start (cumulative; refreshed every 30 s).
+    pub webhook_requests: Family<WebhookLabels, Gauge>,
     /// ImageWatches currently known.
     pub watches: Gauge,
+    /// PromotionPolicy reconciles by outcome.
+    pub promotions: Family<PromotionLabels, Counter>,
+    /// Forge API requests by provider and outcome.
+    pub forge_requests: Family<ForgeLabels, Counter>,
     ready: AtomicBool,
 }
 
@@ -113,6 +145,12 @@ impl Metrics {
             "Registry events received, by source and outcome",
             events.clone(),
         );
+        let webhook_requests = Family::<WebhookLabels, Gauge>::default();
+        registry.register(
+            "webhook_requests",
+            "Webhook receiver results since start, by provider (cumulative)",
+            webhook_requests.clone(),
+        );
         let push_to_commit_seconds =
             Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
         registry.register(
@@ -122,6 +160,18 @@ impl Metrics {
         );
         let watches = Gauge::default();
         registry.register("watches", "ImageWatch objects known", watches.clone());
+        let promotions = Family::<PromotionLabels, Counter>::default();
+        registry.register(
+            "promotions",
+            "PromotionPolicy reconciles by outcome",
+            promotions.clone(),
+        );
+        let forge_requests = Family::<ForgeLabels, Counter>::default();
+        registry.register(
+            "forge_requests",
+            "Forge (pull request API) requests by provider and outcome",
+            forge_requests.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -130,7 +180,10 @@ impl Metrics {
             commits,
             events,
             push_to_commit_seconds,
+            webhook_requests,
             watches,
+            promotions,
+            forge_requests,
             ready: AtomicBool::new(false),
         }
     }

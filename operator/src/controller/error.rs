@@ -24,6 +24,9 @@ pub enum ReconcileError {
     /// The target is missing or ambiguous in Git.
     #[error("{0}")]
     TargetNotFound(String),
+    /// The watch's group has no common tag yet, or a member is unusable.
+    #[error("{0}")]
+    WaitingForGroup(String),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),
@@ -45,6 +48,7 @@ impl ReconcileError {
             Self::NoMatchingTags(_) => reason::NO_MATCHING_TAGS,
             Self::PinnedTagNotFound(_) => reason::PINNED_TAG_NOT_FOUND,
             Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
+            Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
         }
@@ -59,6 +63,7 @@ impl ReconcileError {
             Self::NoMatchingTags(_) => "no_matching_tags",
             Self::PinnedTagNotFound(_) => "pinned_tag_not_found",
             Self::TargetNotFound(_) => "target_not_found",
+            Self::WaitingForGroup(_) => "waiting_for_group",
             Self::Git(_) => "git",
             Self::Kube(_) => "kube",
             Self::Internal(_) => "internal",

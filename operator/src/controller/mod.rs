@@ -9,9 +9,11 @@ mod duration;
 pub mod error;
 pub mod group;
 pub mod index;
+pub mod promotion;
 pub mod reconcile;
 pub mod routing;
 pub mod secrets;
+pub mod sources;
 pub mod status;
 pub mod writer;
 
@@ -52,6 +54,12 @@ pub enum RunError {
         "the ImageWatch CRD is not available: {0} (install charts/imagewatch or `imagewatch crds | kubectl apply -f -`)"
     )]
     CrdMissing(String),
+    /// `--signing-key` cannot be used.
+    #[error("{0}")]
+    SigningKey(#[source] crate::git::SigningKeyError),
+    /// The operator's own configuration is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
     /// The metrics server failed.
     #[error("metrics server: {0}")]
     Metrics(#[source] std::io::Error),
@@ -74,10 +82,14 @@ pub struct Context {
     pub registry: RegistryClient,
     /// Git writer: one bare clone per repository, one writer per (repository, branch).
     pub writer: writer::GitWriter,
+    /// ECR, through the process's AWS identity.
+    pub ecr: crate::registry::ecr::EcrTagSource,
     /// Scans shared by every watch of a repository.
     pub index: index::RepositoryIndex,
     /// Namespace of Argo CD's Applications.
     pub argocd_namespace: String,
+    /// The controller's cache of ImageWatches (group members, event routing).
+    pub store: std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
     /// Registry events not yet turned into a commit (latency metric).
     pub pending: routing::PendingEvents,
     /// Event recorder.
@@ -96,6 +108,7 @@ impl Context {
         writer: writer::GitWriter,
         metrics: Arc<Metrics>,
         max_tags: usize,
+        ecr: crate::registry::ecr::EcrTagSource,
     ) -> Self {
         let reporter = Reporter {
             controller: "imagewatch".into(),
@@ -104,8 +117,10 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             index: index::RepositoryIndex::new(max_tags),
+            ecr,
             pending: routing::PendingEvents::default(),
             argocd_namespace: "argocd".to_string(),
+            store: std::sync::OnceLock::new(),
             client,
             registry,
             writer,
@@ -141,20 +156,41 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     wait_for_crd(&client).await?;
 
     let metrics = Arc::new(Metrics::new());
-    let registry = RegistryClient::new(RegistryOptions {
-        insecure_hosts: args.insecure_registries.clone(),
-        user_agent: format!("imagewatch/{}", env!("CARGO_PKG_VERSION")),
-        timeout: args.registry_timeout,
-    })
-    .map_err(|e| RunError::CrdMissing(format!("registry client: {e}")))?;
-    let writer = writer::GitWriter::new(
-        &args.cache_dir,
-        crate::git::Author {
-            name: args.git_author_name.clone(),
-            email: args.git_author_email.clone(),
+    let registries = match &args.registries_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                RunError::Config(format!(
+                    "cannot read registries config {}: {e}",
+                    path.display()
+                ))
+            })?;
+            crate::registry::parse_registries_config(&text).map_err(|e| {
+                RunError::Config(format!("registries config {}: {e}", path.display()))
+            })?
+        }
+        None => Default::default(),
+    };
+    let registry = RegistryClient::with_registries(
+        RegistryOptions {
+            insecure_hosts: args.insecure_registries.clone(),
+            user_agent: format!("imagewatch/{}", env!("CARGO_PKG_VERSION")),
+            timeout: args.registry_timeout,
         },
-        args.push_attempts,
+        registries,
+    )
+    .map_err(|e| RunError::Config(format!("registry client: {e}")))?;
+    let writer = writer::GitWriter::with_options(
+        &args.cache_dir,
+        writer::WriterOptions::from_run_args(&args).map_err(RunError::SigningKey)?,
         metrics.clone(),
+    );
+    // One AWS configuration (and so one credential cache) for ECR and SQS.
+    let aws = crate::registry::ecr::load_aws_config().await;
+    let ecr = crate::registry::ecr::EcrTagSource::new(
+        aws.clone(),
+        crate::registry::ecr::EcrOptions {
+            endpoint_url: args.aws_endpoint_url.clone(),
+        },
     );
     let mut ctx = Context::new(
         client.clone(),
@@ -162,6 +198,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         writer,
         metrics.clone(),
         args.max_tags,
+        ecr,
     );
     ctx.argocd_namespace = args.argocd_namespace.clone();
     let ctx = Arc::new(ctx);
@@ -191,13 +228,21 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (event_tx, event_rx) = tokio::sync::mpsc::channel::<crate::triggers::RegistryEvent>(4096);
     let (reconcile_tx, reconcile_rx) = tokio::sync::mpsc::channel(4096);
     let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    let _ = ctx.store.set(controller.store());
     tokio::spawn(routing::route(
         event_rx,
         controller.store(),
         ctx.clone(),
         reconcile_tx,
     ));
-    let _event_sources = start_event_sources(&args, event_tx, &shutdown);
+    let _event_sources = sources::start(
+        &args,
+        client.clone(),
+        metrics.clone(),
+        &aws,
+        event_tx,
+        &shutdown,
+    );
     let reconcile_requests = futures::stream::unfold(reconcile_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
@@ -226,17 +271,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
     }
-}
-
-/// Starts the configured event sources (webhook receiver, SQS consumer). Returns their
-/// task handles; they stop on `shutdown`.
-fn start_event_sources(
-    _args: &RunArgs,
-    events: tokio::sync::mpsc::Sender<crate::triggers::RegistryEvent>,
-    _shutdown: &tokio_util::sync::CancellationToken,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    drop(events);
-    Vec::new()
 }
 
 /// Waits (bounded) for the ImageWatch CRD to be served, so a fresh install does not crash-loop

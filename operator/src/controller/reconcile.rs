@@ -27,14 +27,14 @@ use serde_json::json;
 
 use super::{
     Context, ReconcileError,
-    index::{CredentialKey, ScanKey},
+    index::{CredentialKey, Scan, ScanKey},
     parse_duration, secrets, status,
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
-    manifests::{ImageChange, WorkloadTarget},
+    manifests::{ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
-    registry::{Credentials, RepositoryRef},
+    registry::{Credentials, RepositoryRef, TagSource, is_ecr_host},
     telemetry::{ReconcileLabels, RegistryLabels},
 };
 
@@ -44,6 +44,8 @@ pub struct Outcome {
     latest: LatestImage,
     write: Option<WriteResult>,
     suspended: bool,
+    /// Group members still missing a newer tag (`WaitingForGroup`).
+    waiting: Option<String>,
 }
 
 /// The reconcile entry point used by the controller.
@@ -102,8 +104,22 @@ pub async fn reconcile(
     }
 }
 
-/// Steps 1–4.
-async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+/// A watch validated, dereferenced and scanned (steps 1–3a): everything needed to choose and
+/// check a tag.
+struct Prepared<'w> {
+    watch: &'w ImageWatch,
+    namespace: String,
+    policy: TagPolicy,
+    order: policy::Order,
+    repo: RepositoryRef,
+    creds: Credentials,
+    use_ecr: bool,
+    scan: Arc<Scan>,
+}
+
+/// Steps 1–3a for one watch: validate its spec, read its registry credentials and get the
+/// repository's shared scan.
+async fn prepare<'w>(watch: &'w ImageWatch, ctx: &Context) -> Result<Prepared<'w>, ReconcileError> {
     let namespace = watch.namespace().unwrap_or_default();
     let spec = &watch.spec;
 
@@ -115,33 +131,31 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         TagOrder::Alphabetical => policy::Order::Alphabetical,
         TagOrder::Numerical => policy::Order::Numerical,
     };
-    let tag_policy = TagPolicy::new(
+    let policy = TagPolicy::new(
         tags.pattern.as_deref().unwrap_or(""),
         tags.exclude.as_deref().unwrap_or(&[]),
         order,
         tags.extract.as_deref(),
     )
     .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
-    if parse_duration(spec.interval_or_default()).is_none() {
+    let Some(interval) = parse_duration(spec.interval_or_default()) else {
         return Err(ReconcileError::InvalidSpec(format!(
             "spec.interval {:?} is not a duration",
             spec.interval_or_default()
         )));
-    }
-    let workload = spec.target.workload.as_ref().ok_or_else(|| {
-        ReconcileError::InvalidSpec(
-            "spec.target: only target.workload is supported by this version of imagewatch"
-                .to_string(),
-        )
-    })?;
+    };
     let repo = RepositoryRef::parse(&spec.image)
         .map_err(|e| ReconcileError::InvalidSpec(format!("spec.image: {e}")))?;
     let credentials = spec.credentials.clone().unwrap_or_default();
-    if credentials.provider == Some(RegistryProvider::Aws) {
-        return Err(ReconcileError::InvalidSpec(
-            "spec.credentials.provider aws is not supported by this version of imagewatch"
-                .to_string(),
-        ));
+    // ECR is asked through its API (tags, digests and push times in one call) with the
+    // operator's AWS identity, unless the watch brings a pull secret for it.
+    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
+        || (is_ecr_host(&repo.registry).is_some() && credentials.secret_ref.is_none());
+    if use_ecr && is_ecr_host(&repo.registry).is_none() {
+        return Err(ReconcileError::InvalidSpec(format!(
+            "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {}",
+            repo.registry
+        )));
     }
 
     // 2. dereference
@@ -152,119 +166,198 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         }
         None => Credentials::Anonymous,
     };
-    let git = resolve_git(watch, ctx).await?;
 
-    // 3. select, from the repository's shared scan
+    // 3a. the repository's shared scan
     let scan_key = ScanKey {
         registry: repo.registry.clone(),
         repository: repo.path.clone(),
-        credentials: match &credentials.secret_ref {
-            Some(secret) => CredentialKey::Secret {
+        credentials: match (&credentials.secret_ref, use_ecr) {
+            (_, true) => CredentialKey::Ambient,
+            (Some(secret), false) => CredentialKey::Secret {
                 namespace: namespace.clone(),
                 name: secret.name.clone(),
             },
-            None => CredentialKey::Anonymous,
+            (None, false) => CredentialKey::Anonymous,
         },
-        with_times: false,
+        // Registries other than ECR do not list push times; Newest needs them looked up.
+        with_times: order == policy::Order::Newest && !use_ecr,
     };
-    let interval = parse_duration(spec.interval_or_default()).unwrap_or(Duration::from_secs(300));
     let scan = ctx
         .index
         .tags(&scan_key, interval, || async {
-            registry_call(ctx, &repo, ctx.registry.list_tags(&repo, &creds).await)
-                .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+            if use_ecr {
+                registry_call(ctx, &repo, ctx.ecr.list(&repo, &creds).await)
+            } else if scan_key.with_times {
+                registry_call(
+                    ctx,
+                    &repo,
+                    ctx.registry.list_tags_with_times(&repo, &creds, None).await,
+                )
+                .map(|timed| timed.tags)
+            } else {
+                registry_call(ctx, &repo, ctx.registry.list_tags(&repo, &creds).await)
+                    .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+            }
         })
         .await
         .map_err(ReconcileError::from)?;
-    let (tag, digest) = match spec.pin.as_deref().filter(|p| !p.is_empty()) {
-        Some(pin) => {
-            let digest = scan
-                .digest(pin, || async {
-                    registry_call(
-                        ctx,
-                        &repo,
-                        ctx.registry.manifest_digest(&repo, pin, &creds).await,
-                    )
-                })
-                .await?;
-            match digest {
-                Some(d) => (pin.to_string(), d),
-                None => {
-                    return Err(ReconcileError::PinnedTagNotFound(format!(
-                        "spec.pin {pin:?} does not exist in {}",
-                        spec.image
-                    )));
-                }
-            }
-        }
-        None => {
-            let chosen = tag_policy.select(&scan.tags).ok_or_else(|| {
-                let pattern = tags.pattern.as_deref().unwrap_or("*");
-                let matching = scan.tags.iter().filter(|t| tag_policy.matches(&t.tag)).count();
-                ReconcileError::NoMatchingTags(if matching == 0 {
-                    format!(
-                        "none of the {} tags of {} matches pattern {pattern:?}",
-                        scan.listed, spec.image
-                    )
+    Ok(Prepared {
+        watch,
+        namespace,
+        policy,
+        order,
+        repo,
+        creds,
+        use_ecr,
+        scan,
+    })
+}
+
+impl Prepared<'_> {
+    /// The digest of `tag`, once per scan; `None` when its manifest does not exist.
+    async fn digest(&self, ctx: &Context, tag: &str) -> Result<Option<String>, ReconcileError> {
+        let (repo, creds) = (&self.repo, &self.creds);
+        Ok(self
+            .scan
+            .digest(tag, || async {
+                if self.use_ecr {
+                    registry_call(ctx, repo, ctx.ecr.digest(repo, tag, creds).await)
                 } else {
-                    format!(
-                        "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
-                        spec.image, order
-                    )
-                })
-            })?;
-            // Never write a tag on the list's word alone: the manifest must exist.
-            let digest = scan
-                .digest(&chosen.tag, || async {
                     registry_call(
                         ctx,
-                        &repo,
-                        ctx.registry
-                            .manifest_digest(&repo, &chosen.tag, &creds)
-                            .await,
+                        repo,
+                        ctx.registry.manifest_digest(repo, tag, creds).await,
                     )
-                })
-                .await?;
-            match digest {
-                Some(d) => (chosen.tag.clone(), d),
-                None => {
-                    return Err(ReconcileError::NoMatchingTags(format!(
-                        "tag {} of {} is listed but its manifest does not exist",
-                        chosen.tag, spec.image
-                    )));
                 }
-            }
+            })
+            .await?)
+    }
+
+    /// The tag the watch's own rules (or its pin) choose.
+    fn own_choice(&self) -> Result<String, ReconcileError> {
+        let spec = &self.watch.spec;
+        if let Some(pin) = spec.pin.as_deref().filter(|p| !p.is_empty()) {
+            return Ok(pin.to_string());
         }
+        let tags = spec.tags.clone().unwrap_or_default();
+        self.policy.select(&self.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
+            let pattern = tags.pattern.as_deref().unwrap_or("*");
+            let matching = self.scan.tags.iter().filter(|t| self.policy.matches(&t.tag)).count();
+            ReconcileError::NoMatchingTags(if matching == 0 {
+                format!(
+                    "none of the {} tags of {} matches pattern {pattern:?}",
+                    self.scan.listed, spec.image
+                )
+            } else {
+                format!(
+                    "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
+                    spec.image, self.order
+                )
+            })
+        })
+    }
+
+    /// Confirms `tag` exists (never write a tag on a listing's word alone) and returns its
+    /// digest.
+    async fn confirmed_digest(&self, ctx: &Context, tag: &str) -> Result<String, ReconcileError> {
+        let spec = &self.watch.spec;
+        match self.digest(ctx, tag).await? {
+            Some(d) => Ok(d),
+            None if spec.pin.as_deref() == Some(tag) => Err(ReconcileError::PinnedTagNotFound(
+                format!("spec.pin {tag:?} does not exist in {}", spec.image),
+            )),
+            None => Err(ReconcileError::NoMatchingTags(format!(
+                "tag {tag} of {} is listed but its manifest does not exist",
+                spec.image
+            ))),
+        }
+    }
+
+    /// The image reference to write for `tag`.
+    fn image_for(&self, tag: &str, digest: &str) -> String {
+        let spec = &self.watch.spec;
+        match spec.digest.unwrap_or_default() {
+            DigestMode::Tag => format!("{}:{}", spec.image, tag),
+            DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", spec.image, tag, digest),
+        }
+    }
+
+    /// The write intent that sets this watch's target to `image`.
+    async fn write_request(
+        &self,
+        ctx: &Context,
+        image: String,
+    ) -> Result<WriteRequest, ReconcileError> {
+        let watch = self.watch;
+        let git = resolve_git(watch, ctx).await?;
+        Ok(WriteRequest {
+            url: git.url,
+            branch: git.branch,
+            auth: git.auth,
+            target: target_spec(&watch.spec.target, &git.base_path, &watch.spec.image)
+                .map_err(ReconcileError::InvalidSpec)?,
+            change: ImageChange::Image(image),
+            watch: format!("{}/{}", self.namespace, watch.name_any()),
+            dry_run: watch.spec.is_suspended(),
+            push_branch: git.push_branch.map(|template| {
+                template
+                    .replace("{namespace}", &self.namespace)
+                    .replace("{name}", &watch.name_any())
+            }),
+        })
+    }
+}
+
+/// Steps 1–4.
+async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+    let me = prepare(watch, ctx).await?;
+    let spec = &watch.spec;
+
+    // 3b. select: the watch's own choice, or its group's.
+    let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
+        Some(group) => Some(group_choice(&me, group, ctx).await?),
+        None => None,
     };
+    let tag = match &group {
+        Some(g) => g.tag.clone(),
+        None => me.own_choice()?,
+    };
+    let digest = me.confirmed_digest(ctx, &tag).await?;
     let latest = LatestImage {
         tag: tag.clone(),
         digest: Some(digest.clone()),
-        pushed_at: None,
+        pushed_at: me
+            .scan
+            .tags
+            .iter()
+            .find(|t| t.tag == tag)
+            .and_then(|t| t.pushed_at)
+            .map(Time),
     };
 
-    // 4. write
-    let image = match spec.digest.unwrap_or_default() {
-        DigestMode::Tag => format!("{}:{}", spec.image, tag),
-        DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", spec.image, tag, digest),
+    // 4. write: a group writes every member at once, so the batching writer makes one commit.
+    let mine = me.write_request(ctx, me.image_for(&tag, &digest)).await?;
+    let write = match &group {
+        Some(g) if !g.others.is_empty() => {
+            let mut requests = vec![mine];
+            requests.extend(g.others.iter().cloned());
+            let results =
+                futures::future::join_all(requests.into_iter().map(|r| ctx.writer.apply(r))).await;
+            let mut results = results.into_iter();
+            let own = results
+                .next()
+                .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+            for other in results {
+                if let Err(e) = other {
+                    tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed");
+                }
+            }
+            own
+        }
+        _ => ctx.writer.apply(mine).await?,
     };
-    let request = WriteRequest {
-        url: git.url,
-        branch: git.branch,
-        auth: git.auth,
-        path: join_path(&git.base_path, &workload.path),
-        target: WorkloadTarget {
-            kind: workload.kind.clone(),
-            name: workload.name.clone(),
-            container: workload.container.clone(),
-            namespace: workload.namespace.clone(),
-        },
-        change: ImageChange::Image(image),
-        watch: format!("{}/{}", namespace, watch.name_any()),
-        dry_run: spec.is_suspended(),
-    };
-    let write = ctx.writer.apply(request).await?;
     if write.commit.is_some()
-        && let Some(since) = ctx.pending.take(&repo.registry, &repo.path)
+        && let Some(since) = ctx.pending.take(&me.repo.registry, &me.repo.path)
     {
         ctx.metrics
             .push_to_commit_seconds
@@ -274,6 +367,90 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
         latest,
         write: Some(write),
         suspended: spec.is_suspended(),
+        waiting: group.and_then(|g| g.waiting),
+    })
+}
+
+/// What a group decided for one reconcile.
+struct GroupChoice {
+    /// The tag every member runs.
+    tag: String,
+    /// Write intents for the other members (same tag).
+    others: Vec<WriteRequest>,
+    /// Who lacks a newer tag, when some member has one.
+    waiting: Option<String>,
+}
+
+/// The group's tag: the best tag every member has (see `group::decide`), with the other
+/// members' write intents for it.
+async fn group_choice(
+    me: &Prepared<'_>,
+    group: &str,
+    ctx: &Context,
+) -> Result<GroupChoice, ReconcileError> {
+    let store = ctx
+        .store
+        .get()
+        .ok_or_else(|| ReconcileError::Internal("watch store not ready".into()))?;
+    let peers: Vec<Arc<DeserializeGuard<ImageWatch>>> = store.state();
+    let mut others: Vec<&ImageWatch> = peers
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .filter(|w| {
+            w.namespace().as_deref() == Some(me.namespace.as_str())
+                && w.spec.group.as_deref() == Some(group)
+                && w.name_any() != me.watch.name_any()
+                && w.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    others.sort_by_key(|w| w.name_any());
+    let mut prepared = Vec::new();
+    for other in &others {
+        match prepare(other, ctx).await {
+            Ok(p) => prepared.push(p),
+            Err(e) => {
+                return Err(ReconcileError::WaitingForGroup(format!(
+                    "group {group}: member {} is not usable: {e}",
+                    other.name_any()
+                )));
+            }
+        }
+    }
+    let names: Vec<String> = std::iter::once(me)
+        .chain(prepared.iter())
+        .map(|p| p.watch.name_any())
+        .collect();
+    let members: Vec<super::group::Member<'_>> = std::iter::once(me)
+        .chain(prepared.iter())
+        .zip(&names)
+        .map(|(p, name)| super::group::Member {
+            name,
+            policy: &p.policy,
+            tags: &p.scan.tags,
+        })
+        .collect();
+    let decision = super::group::decide(&members);
+    let Some(tag) = decision.tag.clone() else {
+        return Err(ReconcileError::WaitingForGroup(
+            super::group::waiting_message(group, &decision),
+        ));
+    };
+    let waiting =
+        (!decision.waiting_for.is_empty()).then(|| super::group::waiting_message(group, &decision));
+    let mut requests = Vec::new();
+    for p in &prepared {
+        let digest = p.confirmed_digest(ctx, &tag).await.map_err(|e| {
+            ReconcileError::WaitingForGroup(format!(
+                "group {group}: member {}: {e}",
+                p.watch.name_any()
+            ))
+        })?;
+        requests.push(p.write_request(ctx, p.image_for(&tag, &digest)).await?);
+    }
+    Ok(GroupChoice {
+        tag,
+        others: requests,
+        waiting,
     })
 }
 
@@ -284,6 +461,58 @@ struct GitLocation {
     branch: String,
     auth: crate::git::GitAuth,
     base_path: String,
+    push_branch: Option<String>,
+}
+
+/// The place in Git a watch's target names, with paths under `base_path` (pure).
+pub fn target_spec(
+    target: &imagewatch_crd::Target,
+    base_path: &str,
+    image: &str,
+) -> Result<TargetSpec, String> {
+    let set = [
+        target.workload.is_some(),
+        target.kustomize.is_some(),
+        target.helm.is_some(),
+        target.argocd_source.is_some(),
+    ];
+    if set.iter().filter(|s| **s).count() != 1 {
+        return Err(
+            "spec.target: exactly one of workload, kustomize, helm, argocdSource must be set"
+                .into(),
+        );
+    }
+    if let Some(w) = &target.workload {
+        return Ok(TargetSpec::Workload {
+            path: join_path(base_path, &w.path),
+            target: WorkloadTarget {
+                kind: w.kind.clone(),
+                name: w.name.clone(),
+                container: w.container.clone(),
+                namespace: w.namespace.clone(),
+            },
+        });
+    }
+    if let Some(k) = &target.kustomize {
+        return Ok(TargetSpec::Kustomize {
+            path: join_path(base_path, &k.path),
+            image: k.image.clone().unwrap_or_else(|| image.to_string()),
+        });
+    }
+    if let Some(h) = &target.helm {
+        return Ok(TargetSpec::Helm {
+            file: join_path(base_path, &h.file),
+            key: h.tag.clone(),
+        });
+    }
+    if let Some(a) = &target.argocd_source {
+        return Ok(TargetSpec::ArgocdSource {
+            path: join_path(base_path, &a.path),
+            application: a.application.clone(),
+            image: a.image.clone().unwrap_or_else(|| image.to_string()),
+        });
+    }
+    Err("spec.target is empty".into())
 }
 
 /// `spec.git`, or the Argo CD Application managing the watch.
@@ -299,6 +528,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
             branch: git.branch().to_string(),
             auth,
             base_path: String::new(),
+            push_branch: git.push_branch.clone(),
         });
     }
     let (source, secret) = super::argocd::resolve(
@@ -318,6 +548,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
         branch: source.branch,
         auth,
         base_path: source.path,
+        push_branch: None,
     })
 }
 
@@ -392,7 +623,9 @@ pub fn build_status(
                     },
                 });
             }
-            if outcome.suspended {
+            if let Some(message) = &outcome.waiting {
+                status::ready_condition(false, reason::WAITING_FOR_GROUP, message, generation, now)
+            } else if outcome.suspended {
                 let message = match &outcome.write {
                     Some(w) if w.changed_needed => format!(
                         "suspended: Git holds {}, the rules choose {} (not written)",

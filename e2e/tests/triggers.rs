@@ -1,0 +1,251 @@
+//! Push-driven updates on the real parts: a CNCF distribution registry notifying the
+//! operator's webhook receiver, and ECR (moto) → EventBridge → SQS. Watches poll only hourly
+//! here, so a prompt commit can only come from the event.
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use imagewatch_e2e::{
+    NotifyingRegistry,
+    ground::{random_suffix, repo_root},
+    setup::{Scenario, copy_dir, create_secret, sample},
+    wait_until,
+};
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Seeds a manifests repository whose canary Deployment runs `image:tag`.
+fn seed(s: &Scenario, image: &str, tag: &str) -> anyhow::Result<(String, String)> {
+    let dir = tempfile::tempdir()?;
+    copy_dir(&sample("canary-primary/manifests"), dir.path())?;
+    let file: PathBuf = dir
+        .path()
+        .join("apps/my-api/overlays/stg/deployment-canary.yaml");
+    let text = std::fs::read_to_string(&file)?.replace(
+        "registry.example.com/my-api:canary-v1.2.3",
+        &format!("{image}:{tag}"),
+    );
+    std::fs::write(&file, text)?;
+    let name = format!("trig-{}", s.ns.name);
+    let url = s.ground.git()?.new_repo(&name, dir.path())?;
+    Ok((name, url))
+}
+
+fn watch_yaml(ns: &str, image: &str, git_url: &str, pattern: &str, credentials: &str) -> String {
+    format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: canary, namespace: {ns}}}
+spec:
+  image: {image}
+  tags: {{pattern: "{pattern}"}}
+  interval: 1h
+  {credentials}
+  git: {{url: "{git_url}", secretRef: {{name: git-creds}}}}
+  target:
+    workload: {{path: apps/my-api/overlays/stg, kind: Deployment, name: my-api-canary, container: my-api}}
+"#
+    )
+}
+
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> anyhow::Result<()> {
+    let port = free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let token = format!("tok-{}", random_suffix());
+    let registry = NotifyingRegistry::start(&format!("http://{addr}/hooks/distribution"), &token)?;
+    let host = registry.var("IMAGEWATCH_REGISTRY");
+    let s = Scenario::start(
+        "hook",
+        &[
+            "--webhook-addr",
+            &addr,
+            "--webhook-secret",
+            "hooks",
+            "--pod-namespace",
+            "{ns}",
+            "--insecure-registry",
+            &host,
+        ],
+    )
+    .await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hooks",
+        "Opaque",
+        &[("distribution-token", &token)],
+    )
+    .await?;
+    let reg_auth = {
+        use base64::Engine;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            registry.var("IMAGEWATCH_REGISTRY_USER"),
+            registry.var("IMAGEWATCH_REGISTRY_PASSWORD")
+        ));
+        serde_json::json!({"auths": {host.clone(): {"auth": auth}}}).to_string()
+    };
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hookreg",
+        "kubernetes.io/dockerconfigjson",
+        &[(".dockerconfigjson", &reg_auth)],
+    )
+    .await?;
+
+    let image_repo = format!("hook/app-{}", random_suffix());
+    registry.script("push-image.sh", &[&format!("{image_repo}:canary-v1.0.0")])?;
+    let (repo_name, url) = seed(&s, &format!("{host}/{image_repo}"), "canary-v1.0.0")?;
+    s.apply(&watch_yaml(
+        &s.ns.name,
+        &format!("{host}/{image_repo}"),
+        &url,
+        "canary-*",
+        "credentials: {secretRef: {name: hookreg}}",
+    ))?;
+    s.wait_ready("canary", "True", "UpToDate").await?;
+    let git = s.ground.git()?;
+
+    // A push: the notification wakes the watch long before its hourly poll.
+    registry.script("push-image.sh", &[&format!("{image_repo}:canary-v1.1.0")])?;
+    s.wait_applied("canary", "canary-v1.1.0").await?;
+    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+
+    // A re-tag of an existing digest (a CI cache hit) is seen too.
+    let digest = registry.script(
+        "retag.sh",
+        &[&format!("{image_repo}:canary-v1.1.0"), "canary-v1.2.0"],
+    )?;
+    let watch = s.wait_applied("canary", "canary-v1.2.0").await?;
+    let latest = watch
+        .status
+        .and_then(|st| st.latest)
+        .and_then(|l| l.digest)
+        .unwrap_or_default();
+    assert_eq!(
+        Some(latest.as_str()),
+        digest.lines().last(),
+        "same digest as canary-v1.1.0"
+    );
+    assert_eq!(git.commit_count(&repo_name, "main")?, 3);
+
+    let metrics = s.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_events_total{source=\"distribution\",outcome=\"matched\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(&metrics, "imagewatch_push_to_commit_seconds_count") >= 2.0,
+        "{metrics}"
+    );
+
+    // A forged notification without the token is refused and changes nothing.
+    let refused = reqwest::Client::new()
+        .post(format!("http://{addr}/hooks/distribution"))
+        .body(r#"{"events":[]}"#)
+        .send()
+        .await?;
+    assert_eq!(refused.status(), 401);
+    Ok(())
+}
+
+fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
+    let out = Command::new(repo_root().join("e2e/scripts/moto.sh"))
+        .arg("helpers")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "moto {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[tokio::test]
+async fn an_ecr_push_reaches_git_through_eventbridge_and_sqs() -> anyhow::Result<()> {
+    let ground = imagewatch_e2e::Ground::get()?;
+    let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
+    let aws_env = vec![
+        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
+        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
+        ("AWS_REGION".to_string(), "us-east-1".to_string()),
+    ];
+    let suffix = random_suffix();
+    let queue = moto(&["create-queue", &format!("imagewatch-{suffix}")], &aws_env)?;
+    let queue = queue.lines().last().unwrap_or_default().to_string();
+    moto(
+        &["route-ecr-events", &format!("ecr-to-{suffix}"), &queue],
+        &aws_env,
+    )?;
+    let repo = format!("hoge/svc-{suffix}");
+    moto(&["create-repository", &repo], &aws_env)?;
+    moto(&["put-image", &repo, "canary-v1.0.0"], &aws_env)?;
+
+    let env: Vec<(&str, &str)> = aws_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let s = Scenario::start_with_env(
+        "ecr",
+        &[
+            "--aws-endpoint-url",
+            &moto_url,
+            "--sqs-queue-url",
+            &queue,
+            "--sqs-default-account",
+            "123456789012",
+        ],
+        &env,
+    )
+    .await?;
+    let image = format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{repo}");
+    let (repo_name, url) = seed(&s, &image, "canary-v1.0.0")?;
+    s.apply(&watch_yaml(
+        &s.ns.name,
+        &image,
+        &url,
+        "canary-*",
+        "credentials: {provider: aws}",
+    ))?;
+    let ready = s.wait_ready("canary", "True", "UpToDate").await?;
+    let latest = ready.status.and_then(|st| st.latest).expect("latest");
+    assert!(latest.pushed_at.is_some(), "ECR reports push times");
+
+    moto(&["put-image", &repo, "canary-v1.1.0"], &aws_env)?;
+    moto(&["put-push-event", &repo, "canary-v1.1.0"], &aws_env)?;
+    s.wait_applied("canary", "canary-v1.1.0").await?;
+    let git = s.ground.git()?;
+    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+    let metrics = wait_until("the SQS event counted", Duration::from_secs(30), || async {
+        let m = s.operator.metrics().await?;
+        Ok((metric(
+            &m,
+            "imagewatch_events_total{source=\"sqs\",outcome=\"matched\"}",
+        ) >= 1.0)
+            .then_some(m))
+    })
+    .await?;
+    assert!(
+        metric(&metrics, "imagewatch_push_to_commit_seconds_count") >= 1.0,
+        "{metrics}"
+    );
+    Ok(())
+}

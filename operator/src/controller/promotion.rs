@@ -1,0 +1,1912 @@
+//! The PromotionPolicy controller: what a source stage runs is proposed to a target stage,
+//! behind gates, by pull request (one per policy, updated in place) or by a direct commit.
+//!
+//! One reconcile of one policy, top to bottom:
+//!
+//! 1. **validate** (pure): durations, exactly one source, pull request settings, pin tags;
+//! 2. **dereference** (I/O): the selected ImageWatches and their `status.applied`, the Git
+//!    location and credentials, the Argo CD Application of the `application` gate;
+//! 3. **read Git** (blocking): fetch the target branch (and the source branch and the pull
+//!    request branch), read `to.path` (and `from.path`), check that the Application's revision
+//!    holds the source commits;
+//! 4. **decide** (pure, `crate::promotion`): candidate, diff against the target, gates;
+//! 5. **write**: nothing when the target already matches (an open pull request is then closed);
+//!    otherwise, once every gate passes, a commit on `to.branch` (mode `Commit`, rebased and
+//!    retried when the push is rejected) or a commit on `imagewatch/promote-<ns>-<name>`, the
+//!    only branch the operator force-pushes, and only while it holds nothing but the
+//!    operator's own commit, plus one pull request found, updated or created on the forge;
+//! 6. **status** (server-side apply, field manager `imagewatch`): source, candidate, gates,
+//!    pull request, the last 10 promotions, conditions `Ready`, `GatesPassing`,
+//!    `PullRequestOpen`; Events for each promotion; metrics.
+//!
+//! Also triggered when an ImageWatch in the policy's namespace changes (a new applied tag
+//! makes a new candidate at once), and every `spec.interval` (soaks end, Applications become
+//! healthy, approvals arrive).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use futures::StreamExt;
+use imagewatch_crd::{
+    ImageWatch, PromotionPolicy, PromotionPolicyStatus,
+    conditions::{GATES_PASSING, PULL_REQUEST_OPEN, READY, reason as common_reason},
+    promotion::{
+        APPROVE_ANNOTATION, PromotedImage, Promotion, PromotionMode, PullRequestRef, reason,
+    },
+};
+use k8s_openapi::{
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
+    core::{DeserializeGuard, Selector},
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Event, EventType},
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use serde_json::json;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::{Context, ReconcileError, parse_duration, secrets, status as conditions};
+use crate::{
+    forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest},
+    git::{
+        Author, FileEdit, GitAuth, GitError, Oid, PushMode, RepoCache, WriteOutcome,
+        write_with_retry,
+    },
+    promotion::{
+        self, Candidate, CandidateError, CandidateInput, GateFacts, GateReport, Inventory,
+        SourceState,
+        gates::{
+            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SoakFacts,
+            application_state,
+        },
+        render::{self, TextContext},
+    },
+    registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
+    telemetry::{PromotionLabels, RegistryLabels},
+};
+
+/// Promotions kept in `status.lastPromotions`.
+pub const HISTORY: usize = 10;
+
+/// Settings of the PromotionPolicy controller.
+#[derive(Debug, Clone)]
+pub struct PromotionOptions {
+    /// Root of the operator's cache; clones for promotions live in `promotion-git/` under it.
+    pub cache_dir: PathBuf,
+    /// Author and committer of promotion commits.
+    pub author: Author,
+    /// Rounds of a rejected push (mode Commit) before giving up for this reconcile.
+    pub push_attempts: u32,
+    /// Only this namespace (`None`: all).
+    pub namespace: Option<String>,
+}
+
+impl PromotionOptions {
+    /// From `imagewatch run`'s flags.
+    pub fn from_run_args(args: &crate::cli::RunArgs) -> Self {
+        Self {
+            cache_dir: args.cache_dir.clone(),
+            author: Author {
+                name: args.git_author_name.clone(),
+                email: args.git_author_email.clone(),
+            },
+            push_attempts: args.push_attempts,
+            namespace: args.namespace.clone(),
+        }
+    }
+}
+
+/// What every policy reconcile shares.
+struct Shared {
+    ctx: Arc<Context>,
+    cache: Arc<RepoCache>,
+    author: Author,
+    push_attempts: u32,
+    http: reqwest::Client,
+    failures: Mutex<HashMap<ObjectRef<DeserializeGuard<PromotionPolicy>>, u32>>,
+}
+
+/// Runs the PromotionPolicy controller until `shutdown` is cancelled. Reconciles use the
+/// ImageWatch controller's [`Context`] (Kubernetes client, registry clients, Event recorder,
+/// metrics) and their own Git clones.
+pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: CancellationToken) {
+    let client = ctx.client.clone();
+    let http = match reqwest::Client::builder()
+        .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
+        .timeout(Duration::from_secs(30))
+        .build()
+    {
+        Ok(http) => http,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the forge HTTP client; PromotionPolicies are not reconciled");
+            return;
+        }
+    };
+    let shared = Arc::new(Shared {
+        ctx,
+        cache: Arc::new(RepoCache::new(options.cache_dir.join("promotion-git"))),
+        author: options.author.clone(),
+        push_attempts: options.push_attempts.max(1),
+        http,
+        failures: Mutex::default(),
+    });
+    let (policies, watches): (
+        Api<DeserializeGuard<PromotionPolicy>>,
+        Api<DeserializeGuard<ImageWatch>>,
+    ) = match &options.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    let store = controller.store();
+    let token = shutdown.clone();
+    tracing::info!("PromotionPolicy controller started");
+    controller
+        .watches(
+            watches,
+            watcher::Config::default().any_semantic(),
+            move |watch: DeserializeGuard<ImageWatch>| {
+                let namespace = watch.meta().namespace.clone();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|p| p.meta().namespace == namespace)
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(async move { token.cancelled().await })
+        .run(reconcile, error_policy, shared)
+        .for_each(|result| {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "promotion reconcile stream");
+            }
+            futures::future::ready(())
+        })
+        .await;
+    tracing::info!("PromotionPolicy controller stopped");
+}
+
+/// Why a policy reconcile did not reach its goal.
+#[derive(Debug, thiserror::Error)]
+pub enum PromotionError {
+    /// The spec cannot be acted on.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A Secret is missing or incomplete.
+    #[error("{0}")]
+    CredentialsNotFound(String),
+    /// The source has no complete candidate yet.
+    #[error("{0}")]
+    SourceNotReady(String),
+    /// `to.path` (or a place in it) cannot be found or edited.
+    #[error("{0}")]
+    TargetNotFound(String),
+    /// Git failed.
+    #[error("git: {0}")]
+    Git(#[from] GitError),
+    /// The forge failed or refused.
+    #[error("{0}")]
+    Forge(#[from] ForgeError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A blocking task failed.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl From<ReconcileError> for PromotionError {
+    fn from(e: ReconcileError) -> Self {
+        match e {
+            ReconcileError::InvalidSpec(m) => Self::InvalidSpec(m),
+            ReconcileError::CredentialsNotFound(m) => Self::CredentialsNotFound(m),
+            ReconcileError::TargetNotFound(m) => Self::TargetNotFound(m),
+            ReconcileError::Git(g) => Self::Git(g),
+            ReconcileError::Kube(k) => Self::Kube(k),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl PromotionError {
+    /// The `Ready` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => common_reason::INVALID_SPEC,
+            Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
+            Self::SourceNotReady(_) => reason::SOURCE_NOT_READY,
+            Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
+            Self::Git(_) => common_reason::GIT_ERROR,
+            Self::Forge(_) => reason::FORGE_ERROR,
+            Self::Kube(_) | Self::Internal(_) => "InternalError",
+        }
+    }
+
+    /// Metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::CredentialsNotFound(_) => "credentials",
+            Self::SourceNotReady(_) => "source_not_ready",
+            Self::TargetNotFound(_) => "target_not_found",
+            Self::Git(_) => "git",
+            Self::Forge(_) => "forge",
+            Self::Kube(_) => "kube",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// Only a change (of the spec, the source or the repository) fixes it: no fast retry.
+    fn is_stalled(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidSpec(_) | Self::SourceNotReady(_) | Self::TargetNotFound(_)
+        )
+    }
+}
+
+/// What was done with the candidate.
+#[derive(Debug, Clone)]
+pub enum Delivery {
+    /// The target already holds the candidate; `closed` is a pull request closed now.
+    UpToDate {
+        /// Closed pull request.
+        closed: Option<PullRequest>,
+    },
+    /// Gates do not pass yet; nothing written.
+    Gated,
+    /// `spec.suspend`; nothing written.
+    Suspended,
+    /// Committed to the target branch (mode Commit).
+    Committed {
+        /// The commit.
+        commit: String,
+    },
+    /// A pull request proposes the candidate.
+    Proposed {
+        /// The pull request.
+        pull_request: PullRequest,
+        /// What the forge call did.
+        action: EnsureAction,
+        /// Head commit of the pull request branch.
+        commit: String,
+        /// Whether the branch was (re)written in this reconcile.
+        pushed: bool,
+    },
+}
+
+/// A successful reconcile.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Human-readable source.
+    pub source: String,
+    /// Mode.
+    pub mode: PromotionMode,
+    /// `to.path`.
+    pub path: String,
+    /// Target branch.
+    pub branch: String,
+    /// The candidate.
+    pub candidate: Candidate,
+    /// Gates, when evaluated (only when the candidate differs from the target).
+    pub gates: Option<GateReport>,
+    /// What was done.
+    pub delivery: Delivery,
+    /// Non-fatal problems (forge labels, auto-merge).
+    pub warnings: Vec<String>,
+}
+
+async fn reconcile(
+    guard: Arc<DeserializeGuard<PromotionPolicy>>,
+    shared: Arc<Shared>,
+) -> Result<Action, PromotionError> {
+    let key = ObjectRef::from_obj(guard.as_ref());
+    let policy = match &guard.0 {
+        Ok(policy) => policy,
+        Err(invalid) => {
+            report_undeserializable(&shared, invalid).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let interval =
+        parse_duration(policy.spec.interval_or_default()).unwrap_or(Duration::from_secs(60));
+    let result = reconcile_policy(policy, &shared).await;
+    let outcome_label = match &result {
+        Ok(o) => match &o.delivery {
+            Delivery::UpToDate { closed: Some(_) } => "pr_closed",
+            Delivery::UpToDate { closed: None } => "up_to_date",
+            Delivery::Gated => "gated",
+            Delivery::Suspended => "suspended",
+            Delivery::Committed { .. } => "committed",
+            Delivery::Proposed {
+                action: EnsureAction::Created,
+                ..
+            } => "pr_opened",
+            Delivery::Proposed { pushed: true, .. }
+            | Delivery::Proposed {
+                action: EnsureAction::Updated,
+                ..
+            } => "pr_updated",
+            Delivery::Proposed { .. } => "pr_current",
+        },
+        Err(e) => e.category(),
+    };
+    shared
+        .ctx
+        .metrics
+        .promotions
+        .get_or_create(&PromotionLabels {
+            outcome: outcome_label.to_string(),
+        })
+        .inc();
+    let now = Time(jiff::Timestamp::now());
+    let new_status = build_status(policy, &result, &now);
+    publish_events(policy, &result, &shared).await;
+    patch_status_if_changed(policy, new_status, &shared.ctx.client).await?;
+    tracing::debug!(policy = %policy.name_any(), outcome = outcome_label, "reconciled promotion policy");
+    match result {
+        Ok(outcome) => {
+            shared.failures.lock().await.remove(&key);
+            let recheck = outcome
+                .gates
+                .as_ref()
+                .and_then(|g| g.recheck_in)
+                .map(|d| d + Duration::from_secs(1));
+            Ok(Action::requeue(match recheck {
+                Some(d) if d < interval => d,
+                _ => interval,
+            }))
+        }
+        Err(e) if e.is_stalled() => {
+            shared.failures.lock().await.remove(&key);
+            Ok(Action::requeue(interval))
+        }
+        Err(PromotionError::Forge(ref e)) if e.retry_after().is_some() => Ok(Action::requeue(
+            e.retry_after()
+                .unwrap_or(interval)
+                .max(Duration::from_secs(1)),
+        )),
+        Err(_) => {
+            let mut failures = shared.failures.lock().await;
+            let n = failures.entry(key).or_insert(0);
+            *n = n.saturating_add(1);
+            let secs = 2u64
+                .saturating_pow((*n).min(10))
+                .min(interval.as_secs().max(5));
+            Ok(Action::requeue(Duration::from_secs(secs)))
+        }
+    }
+}
+
+fn error_policy(
+    obj: Arc<DeserializeGuard<PromotionPolicy>>,
+    error: &PromotionError,
+    shared: Arc<Shared>,
+) -> Action {
+    shared
+        .ctx
+        .metrics
+        .promotions
+        .get_or_create(&PromotionLabels {
+            outcome: error.category().to_string(),
+        })
+        .inc();
+    tracing::warn!(policy = ?obj.meta().name, error = %error, "promotion reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Step 1 (pure): checks what the API server's schema cannot.
+pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String> {
+    if parse_duration(spec.interval_or_default()).is_none() {
+        return Err(format!(
+            "spec.interval {:?} is not a duration",
+            spec.interval_or_default()
+        ));
+    }
+    match (&spec.from.watch_selector, &spec.from.path) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(
+                "exactly one of spec.from.watchSelector and spec.from.path must be set".into(),
+            );
+        }
+        _ => {}
+    }
+    let path_ok = |p: &str| !p.starts_with('/') && !p.split('/').any(|s| s == "..");
+    if spec.to.path.trim_matches('/').is_empty() || !path_ok(&spec.to.path) {
+        return Err(format!(
+            "spec.to.path {:?} must be a directory relative to the repository root",
+            spec.to.path
+        ));
+    }
+    if let Some(p) = &spec.from.path
+        && (!path_ok(p) || p.trim_matches('/').is_empty())
+    {
+        return Err(format!(
+            "spec.from.path {p:?} must be a directory relative to the repository root"
+        ));
+    }
+    if spec.from.path.is_some() && spec.to.git.is_none() {
+        return Err("spec.to.git is required with spec.from.path".into());
+    }
+    if let Some(soak) = spec.gates.as_ref().and_then(|g| g.soak.as_deref())
+        && parse_duration(soak).is_none()
+    {
+        return Err(format!("spec.gates.soak {soak:?} is not a duration"));
+    }
+    if spec.mode() == PromotionMode::PullRequest && spec.pull_request.is_none() {
+        return Err("spec.pullRequest is required in mode PullRequest (the default)".into());
+    }
+    for rule in spec.to.image_rewrite.iter().flatten() {
+        if rule.from.is_empty() {
+            return Err("spec.to.imageRewrite: from must not be empty".into());
+        }
+    }
+    for (name, tag) in spec.pin.iter().flatten() {
+        crate::manifests::image_ref::validate_tag(tag)
+            .map_err(|e| format!("spec.pin {name}: {e}"))?;
+    }
+    if let Some(align) = &spec.align_tags
+        && align.leader.is_empty()
+    {
+        return Err("spec.alignTags.leader must not be empty".into());
+    }
+    Ok(())
+}
+
+/// Where the promotion reads and writes.
+struct Location {
+    url: String,
+    auth: GitAuth,
+    /// `to.branch`.
+    base: String,
+    /// Branch the source lives on (source watches' branch, or `from.branch`).
+    source_branch: String,
+}
+
+fn source_label(spec: &imagewatch_crd::PromotionPolicySpec) -> String {
+    match (&spec.from.watch_selector, &spec.from.path) {
+        (Some(selector), _) => {
+            let mut parts: Vec<String> = selector
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            for e in selector.match_expressions.iter().flatten() {
+                parts.push(format!(
+                    "{} {} ({})",
+                    e.key,
+                    e.operator,
+                    e.values.clone().unwrap_or_default().join(",")
+                ));
+            }
+            format!("ImageWatches {}", parts.join(","))
+        }
+        (None, Some(path)) => path.trim_matches('/').to_string(),
+        (None, None) => String::new(),
+    }
+}
+
+async fn list_source_watches(
+    policy: &PromotionPolicy,
+    client: &Client,
+) -> Result<Vec<ImageWatch>, PromotionError> {
+    let Some(selector) = &policy.spec.from.watch_selector else {
+        return Ok(Vec::new());
+    };
+    let selector = Selector::try_from(selector.clone())
+        .map_err(|e| PromotionError::InvalidSpec(format!("spec.from.watchSelector: {e}")))?;
+    let api: Api<ImageWatch> =
+        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+    Ok(api
+        .list(&ListParams::default().labels_from(&selector))
+        .await?
+        .items)
+}
+
+async fn resolve_location(
+    policy: &PromotionPolicy,
+    watches: &[ImageWatch],
+    shared: &Shared,
+) -> Result<Location, PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let spec = &policy.spec;
+    let client = &shared.ctx.client;
+    let (url, secret, repo_branch) = match (&spec.to.git, watches.first()) {
+        (Some(git), _) => (
+            git.url.clone(),
+            git.secret_ref.as_ref().map(|s| s.name.clone()),
+            git.branch().to_string(),
+        ),
+        (None, Some(watch)) => match &watch.spec.git {
+            Some(git) => (
+                git.url.clone(),
+                git.secret_ref.as_ref().map(|s| s.name.clone()),
+                git.branch().to_string(),
+            ),
+            None => {
+                let (source, secret) = super::argocd::resolve(
+                    client,
+                    &shared.ctx.argocd_namespace,
+                    &namespace,
+                    watch.annotations(),
+                    watch.labels(),
+                )
+                .await?;
+                (source.repo_url, secret, source.branch)
+            }
+        },
+        (None, None) => {
+            return Err(PromotionError::InvalidSpec(
+                "spec.to.git is not set and no source ImageWatch names a repository".into(),
+            ));
+        }
+    };
+    let auth = match secret {
+        Some(name) => secrets::git_credentials(client, &namespace, &name).await?,
+        None => GitAuth::Anonymous,
+    };
+    let watch_branch = watches
+        .first()
+        .and_then(|w| w.spec.git.as_ref())
+        .map(|g| g.branch().to_string());
+    Ok(Location {
+        url,
+        auth,
+        base: spec
+            .to
+            .branch
+            .clone()
+            .unwrap_or_else(|| repo_branch.clone()),
+        source_branch: spec
+            .from
+            .branch
+            .clone()
+            .or(watch_branch)
+            .unwrap_or(repo_branch),
+    })
+}
+
+/// What the blocking Git read found.
+struct GitRead {
+    base_head: Oid,
+    pr_tip: Option<Oid>,
+    target_files: Vec<(String, String)>,
+    /// `from.path`: files, and the last commit that changed the directory (id, time).
+    source: Option<(Vec<(String, String)>, Option<(String, jiff::Timestamp)>)>,
+    containment: Option<Containment>,
+}
+
+fn utf8_files(files: Vec<(String, Vec<u8>)>) -> Vec<(String, String)> {
+    files
+        .into_iter()
+        .filter_map(|(n, b)| String::from_utf8(b).ok().map(|t| (n, t)))
+        .collect()
+}
+
+/// The last commit (first-parent history, at most 1000 back) that changed `path`.
+fn last_change(
+    repo: &git2::Repository,
+    head: Oid,
+    path: &str,
+) -> Result<Option<(String, jiff::Timestamp)>, git2::Error> {
+    let entry_at = |c: &git2::Commit<'_>| -> Option<Oid> {
+        c.tree()
+            .ok()?
+            .get_path(std::path::Path::new(path))
+            .ok()
+            .map(|e| e.id())
+    };
+    let mut commit = repo.find_commit(head)?;
+    let current = entry_at(&commit);
+    for _ in 0..1000 {
+        let Ok(parent) = commit.parent(0) else {
+            break;
+        };
+        if entry_at(&parent) != current {
+            break;
+        }
+        commit = parent;
+    }
+    let at = jiff::Timestamp::from_second(commit.time().seconds()).ok();
+    Ok(at.map(|at| (commit.id().to_string(), at)))
+}
+
+/// Whether `revision` is, or descends from, every commit of `commits`.
+fn containment(repo: &git2::Repository, revision: &str, commits: &[String]) -> Containment {
+    let Ok(rev) = Oid::from_str(revision) else {
+        return Containment::Unknown(format!("revision {revision:?} is not a commit id"));
+    };
+    if repo.find_commit(rev).is_err() {
+        return Containment::Unknown(format!(
+            "revision {} is not in the fetched history of the source branch",
+            revision.get(..12).unwrap_or(revision)
+        ));
+    }
+    for commit in commits {
+        let Ok(c) = Oid::from_str(commit) else {
+            return Containment::Unknown(format!("source commit {commit:?} is not a commit id"));
+        };
+        if c == rev {
+            continue;
+        }
+        match repo.graph_descendant_of(rev, c) {
+            Ok(true) => {}
+            Ok(false) => return Containment::Lacks(commit.clone()),
+            Err(e) => return Containment::Unknown(format!("cannot compare with {commit}: {e}")),
+        }
+    }
+    Containment::Contains
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PromotionError> + Send + 'static,
+) -> Result<T, PromotionError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PromotionError::Internal(format!("git task: {e}")))?
+}
+
+/// Reads what the decision needs from Git.
+#[allow(clippy::too_many_arguments)]
+async fn read_git(
+    shared: &Shared,
+    location: &Location,
+    to_path: String,
+    from_path: Option<String>,
+    pr_branch: Option<String>,
+    revision: Option<String>,
+    watch_commits: Vec<String>,
+) -> Result<GitRead, PromotionError> {
+    let cache = shared.cache.clone();
+    let url = location.url.clone();
+    let auth = location.auth.clone();
+    let base = location.base.clone();
+    let source_branch = location.source_branch.clone();
+    blocking(move || {
+        let repo = cache.open_or_clone(&url, &auth)?;
+        let mut branches: Vec<&str> = vec![base.as_str()];
+        if source_branch != base {
+            branches.push(source_branch.as_str());
+        }
+        if let Some(b) = pr_branch.as_deref() {
+            branches.push(b);
+        }
+        let heads = repo.fetch_many(&branches, &auth)?;
+        let base_head = heads[0].ok_or_else(|| GitError::BranchNotFound {
+            url: url.clone(),
+            branch: base.clone(),
+        })?;
+        let source_head = if source_branch != base {
+            heads[1].ok_or_else(|| GitError::BranchNotFound {
+                url: url.clone(),
+                branch: source_branch.clone(),
+            })?
+        } else {
+            base_head
+        };
+        let pr_tip = if pr_branch.is_some() {
+            heads.last().copied().flatten()
+        } else {
+            None
+        };
+        let target_files = match repo.read_files_under(base_head, &to_path) {
+            Ok(files) => utf8_files(files),
+            Err(GitError::PathNotFound { .. }) => {
+                return Err(PromotionError::TargetNotFound(format!(
+                    "spec.to.path {to_path:?} does not exist on branch {base}"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut commits = watch_commits;
+        let source = match &from_path {
+            Some(path) => {
+                let files = match repo.read_files_under(source_head, path) {
+                    Ok(files) => utf8_files(files),
+                    Err(GitError::PathNotFound { .. }) => {
+                        return Err(PromotionError::SourceNotReady(format!(
+                            "spec.from.path {path:?} does not exist on branch {source_branch}"
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let changed = last_change(repo.raw(), source_head, path.trim_matches('/'))
+                    .map_err(|e| PromotionError::Internal(format!("git history: {e}")))?;
+                commits.extend(changed.as_ref().map(|(c, _)| c.clone()));
+                Some((files, changed))
+            }
+            None => None,
+        };
+        let containment = revision.map(|rev| containment(repo.raw(), &rev, &commits));
+        Ok(GitRead {
+            base_head,
+            pr_tip,
+            target_files,
+            source,
+            containment,
+        })
+    })
+    .await
+}
+
+/// The candidate inputs that are plain data (for the pure builder, also inside a retry loop).
+#[derive(Clone)]
+struct Decision {
+    source: SourceState,
+    rewrite: Vec<imagewatch_crd::promotion::ImageRewrite>,
+    align: Option<imagewatch_crd::promotion::AlignTags>,
+    pin: Option<BTreeMap<String, String>>,
+    to_path: String,
+}
+
+impl Decision {
+    fn candidate(&self, target: &Inventory) -> Result<Candidate, CandidateError> {
+        promotion::build_candidate(CandidateInput {
+            sources: &self.source.images,
+            rewrite: &self.rewrite,
+            align: self.align.as_ref(),
+            pin: self.pin.as_ref().filter(|p| !p.is_empty()),
+            target,
+            target_path: &self.to_path,
+        })
+    }
+}
+
+fn candidate_error(e: CandidateError) -> PromotionError {
+    match e {
+        CandidateError::NothingInTarget { .. } => PromotionError::TargetNotFound(e.to_string()),
+        CandidateError::EmptySource | CandidateError::LeaderMissing(..) => {
+            PromotionError::SourceNotReady(e.to_string())
+        }
+        _ => PromotionError::InvalidSpec(e.to_string()),
+    }
+}
+
+/// Steps 1–5.
+async fn reconcile_policy(
+    policy: &PromotionPolicy,
+    shared: &Shared,
+) -> Result<Outcome, PromotionError> {
+    let spec = &policy.spec;
+    let namespace = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let policy_name = format!("{namespace}/{name}");
+    let client = &shared.ctx.client;
+
+    // 1. validate
+    validate(spec).map_err(PromotionError::InvalidSpec)?;
+    let mode = spec.mode();
+    let source = source_label(spec);
+    let to_path = spec.to.path.trim_matches('/').to_string();
+
+    // 2. dereference
+    let watches = list_source_watches(policy, client).await?;
+    let watch_state = if spec.from.watch_selector.is_some() {
+        Some(promotion::sources_from_watches(&watches).map_err(PromotionError::SourceNotReady)?)
+    } else {
+        None
+    };
+    let location = resolve_location(policy, &watches, shared).await?;
+    let pr_branch = render::branch_name(&namespace, &name);
+    let gates_spec = spec.gates.clone().unwrap_or_default();
+    let app_facts = match &gates_spec.application {
+        Some(app) => Some(read_application(client, &app.namespace, &app.name).await?),
+        None => None,
+    };
+
+    // 3. read Git
+    let read = read_git(
+        shared,
+        &location,
+        to_path.clone(),
+        spec.from
+            .path
+            .clone()
+            .map(|p| p.trim_matches('/').to_string()),
+        (mode == PromotionMode::PullRequest).then(|| pr_branch.clone()),
+        app_facts.as_ref().and_then(|a| a.revision.clone()),
+        watch_state
+            .as_ref()
+            .map(|s| s.commits.clone())
+            .unwrap_or_default(),
+    )
+    .await?;
+
+    // 4. decide
+    let target = promotion::inventory(&read.target_files, &to_path);
+    let source_state = match (watch_state, &read.source) {
+        (Some(state), _) => state,
+        (None, Some((files, changed))) => {
+            let path = spec.from.path.clone().unwrap_or_default();
+            let path = path.trim_matches('/');
+            let inventory = promotion::inventory(files, path);
+            promotion::sources_from_inventory(
+                &inventory,
+                path,
+                changed.as_ref().map(|(c, _)| c.clone()),
+                changed.as_ref().map(|(_, at)| *at),
+            )
+            .map_err(PromotionError::SourceNotReady)?
+        }
+        (None, None) => return Err(PromotionError::Internal("no source was read".into())),
+    };
+    let decision = Decision {
+        source: source_state.clone(),
+        rewrite: spec.to.image_rewrite.clone().unwrap_or_default(),
+        align: spec.align_tags.clone(),
+        pin: spec.pin.clone(),
+        to_path: to_path.clone(),
+    };
+    let candidate = decision.candidate(&target).map_err(candidate_error)?;
+    let mut outcome = Outcome {
+        source,
+        mode,
+        path: to_path.clone(),
+        branch: location.base.clone(),
+        candidate: candidate.clone(),
+        gates: None,
+        delivery: Delivery::UpToDate { closed: None },
+        warnings: Vec::new(),
+    };
+    let source_text = outcome.source.clone();
+    let text_ctx = TextContext {
+        policy: &policy_name,
+        source: &source_text,
+        path: &to_path,
+        branch: &location.base,
+    };
+
+    if candidate.is_current() {
+        // 5a. nothing to propose; a pull request still open for an older candidate goes.
+        if mode == PromotionMode::PullRequest && !spec.is_suspended() {
+            let known = policy
+                .status
+                .as_ref()
+                .is_some_and(|s| s.pull_request.is_some());
+            let first_look = policy
+                .status
+                .as_ref()
+                .is_none_or(|s| !s.conditions.iter().any(|c| c.type_ == PULL_REQUEST_OPEN));
+            if known || (first_look && read.pr_tip.is_some()) {
+                let forge = forge_client(policy, &location, shared).await?;
+                if let Some(open) = forge.find_open(&pr_branch, &location.base).await? {
+                    forge.close(&open).await?;
+                    outcome.delivery = Delivery::UpToDate { closed: Some(open) };
+                }
+            }
+        }
+        return Ok(outcome);
+    }
+
+    // Gates.
+    let mut facts = GateFacts {
+        pinned: candidate.pinned,
+        ..Default::default()
+    };
+    if gates_spec.image_exists.unwrap_or(false) {
+        facts.image_exists = Some(check_images(policy, &candidate, shared).await?);
+    }
+    if let Some(soak) = gates_spec.soak.as_deref() {
+        facts.soak = Some(SoakFacts {
+            required: parse_duration(soak).unwrap_or_default(),
+            applied: source_state.applied.clone(),
+        });
+    }
+    if let Some(mut app) = app_facts {
+        app.containment = read
+            .containment
+            .clone()
+            .unwrap_or_else(|| Containment::Unknown("the Application reports no revision".into()));
+        if source_state.commits.is_empty() && app.containment == Containment::Contains {
+            app.containment = Containment::Unknown("the source watches recorded no commit".into());
+        }
+        facts.application = Some(app);
+    }
+    if gates_spec.approval.unwrap_or(false) {
+        facts.approval = Some(ApprovalFacts {
+            annotation: policy.annotations().get(APPROVE_ANNOTATION).cloned(),
+            id: candidate.id(),
+            summary: candidate.summary(),
+        });
+    }
+    let report = promotion::evaluate(&facts, jiff::Timestamp::now());
+    let passed = report.passed();
+    outcome.gates = Some(report.clone());
+    if spec.is_suspended() {
+        outcome.delivery = Delivery::Suspended;
+        return Ok(outcome);
+    }
+    if !passed {
+        outcome.delivery = Delivery::Gated;
+        return Ok(outcome);
+    }
+
+    // 5b. write.
+    match mode {
+        PromotionMode::Commit => {
+            let commit = commit_to_target(shared, &location, decision, &policy_name).await?;
+            outcome.delivery = match commit {
+                Some(commit) => Delivery::Committed { commit },
+                None => Delivery::UpToDate { closed: None },
+            };
+        }
+        PromotionMode::PullRequest => {
+            let edits = promotion::plan_target_edits(&read.target_files, &target, &candidate)
+                .map_err(PromotionError::TargetNotFound)?;
+            let message = render::commit_message(&candidate, &edits.changes, text_ctx);
+            let (commit, pushed) = push_pull_request_branch(
+                shared,
+                &location,
+                &pr_branch,
+                read.base_head,
+                read.pr_tip,
+                edits.files,
+                message,
+            )
+            .await?;
+            let settings = spec.pull_request.clone().ok_or_else(|| {
+                PromotionError::InvalidSpec("spec.pullRequest is required".into())
+            })?;
+            let forge = forge_client(policy, &location, shared).await?;
+            let ensured = forge
+                .ensure(&NewPullRequest {
+                    head: pr_branch.clone(),
+                    base: location.base.clone(),
+                    title: render::title(settings.title.as_deref(), &candidate, text_ctx),
+                    body: render::body(&candidate, &report.gates, text_ctx),
+                    labels: settings.labels.clone().unwrap_or_default(),
+                    auto_merge: settings.auto_merge.unwrap_or(false),
+                })
+                .await?;
+            outcome.warnings.extend(ensured.warnings);
+            outcome.delivery = Delivery::Proposed {
+                pull_request: ensured.pull_request,
+                action: ensured.action,
+                commit,
+                pushed,
+            };
+        }
+    }
+    Ok(outcome)
+}
+
+async fn read_application(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<ApplicationFacts, PromotionError> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+        "applications",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let label = format!("{namespace}/{name}");
+    let app = match api.get_opt(name).await {
+        Ok(app) => app,
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(match app {
+        Some(app) => {
+            let (sync, health, revision) = application_state(&app.data);
+            ApplicationFacts {
+                name: label,
+                found: true,
+                sync,
+                health,
+                revision,
+                containment: Containment::Unknown(String::new()),
+            }
+        }
+        None => ApplicationFacts {
+            name: label,
+            found: false,
+            sync: None,
+            health: None,
+            revision: None,
+            containment: Containment::Unknown(String::new()),
+        },
+    })
+}
+
+/// `imageExists`: a manifest HEAD for every changed reference, with the target registry's
+/// credentials (`to.registrySecretRef`, or ECR through the operator's AWS identity).
+async fn check_images(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    shared: &Shared,
+) -> Result<Vec<ImageFact>, PromotionError> {
+    let ctx = &shared.ctx;
+    let namespace = policy.namespace().unwrap_or_default();
+    let mut creds_by_host: HashMap<String, Credentials> = HashMap::new();
+    let mut facts = Vec::new();
+    for image in candidate.changes() {
+        let reference = format!("{}:{}", image.repository, image.tag);
+        let repo = match RepositoryRef::parse(&image.repository) {
+            Ok(r) => r,
+            Err(e) => {
+                facts.push(ImageFact {
+                    reference,
+                    expected_digest: image.digest.clone(),
+                    check: ImageCheck::Error(e.to_string()),
+                });
+                continue;
+            }
+        };
+        let secret = policy.spec.to.registry_secret_ref.as_ref();
+        let use_ecr = is_ecr_host(&repo.registry).is_some() && secret.is_none();
+        let creds = match (secret, creds_by_host.get(&repo.registry)) {
+            (_, Some(c)) => c.clone(),
+            (Some(secret), None) => {
+                let c = secrets::registry_credentials(
+                    &ctx.client,
+                    &namespace,
+                    &secret.name,
+                    &repo.registry,
+                )
+                .await?;
+                creds_by_host.insert(repo.registry.clone(), c.clone());
+                c
+            }
+            (None, None) => Credentials::Anonymous,
+        };
+        let result = if use_ecr {
+            ctx.ecr.digest(&repo, &image.tag, &creds).await
+        } else {
+            ctx.registry
+                .manifest_digest(&repo, &image.tag, &creds)
+                .await
+        };
+        ctx.metrics
+            .registry_requests
+            .get_or_create(&RegistryLabels {
+                registry: repo.registry.clone(),
+                outcome: match &result {
+                    Ok(_) => "ok".to_string(),
+                    Err(e) => e.category().to_string(),
+                },
+            })
+            .inc();
+        let check = match result {
+            Ok(Some(digest)) => ImageCheck::Exists(Some(digest)),
+            Ok(None) | Err(RegistryError::NotFound { .. }) => ImageCheck::Missing,
+            Err(e) => ImageCheck::Error(e.to_string()),
+        };
+        facts.push(ImageFact {
+            reference,
+            expected_digest: image.digest.clone(),
+            check,
+        });
+    }
+    Ok(facts)
+}
+
+async fn forge_client(
+    policy: &PromotionPolicy,
+    location: &Location,
+    shared: &Shared,
+) -> Result<ForgeClient, PromotionError> {
+    let settings = policy.spec.pull_request.as_ref().ok_or_else(|| {
+        PromotionError::InvalidSpec("spec.pullRequest is required in mode PullRequest".into())
+    })?;
+    let token = match &settings.secret_ref {
+        Some(secret) => {
+            let namespace = policy.namespace().unwrap_or_default();
+            let api: Api<Secret> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+            let data = api
+                .get_opt(&secret.name)
+                .await?
+                .ok_or_else(|| {
+                    PromotionError::CredentialsNotFound(format!(
+                        "forge Secret {namespace}/{} not found",
+                        secret.name
+                    ))
+                })?
+                .data
+                .unwrap_or_default();
+            let token = data
+                .get("token")
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| {
+                    PromotionError::CredentialsNotFound(format!(
+                        "forge Secret {namespace}/{} has no key token",
+                        secret.name
+                    ))
+                })?;
+            Some(token)
+        }
+        None => None,
+    };
+    Ok(ForgeClient::new(
+        settings.provider,
+        settings.api_url.as_deref(),
+        settings.repository.as_deref(),
+        &location.url,
+        token,
+        shared.http.clone(),
+    )?
+    .with_metrics(shared.ctx.metrics.clone()))
+}
+
+/// Mode Commit: the edits on `to.branch`, recomputed on the fetched head of every attempt
+/// (a rejected push is fetched, re-planned and pushed again; never forced).
+async fn commit_to_target(
+    shared: &Shared,
+    location: &Location,
+    decision: Decision,
+    policy_name: &str,
+) -> Result<Option<String>, PromotionError> {
+    let cache = shared.cache.clone();
+    let url = location.url.clone();
+    let auth = location.auth.clone();
+    let base = location.base.clone();
+    let author = shared.author.clone();
+    let attempts = shared.push_attempts;
+    let policy_name = policy_name.to_string();
+    let source_label = format!("PromotionPolicy {policy_name}");
+    blocking(move || {
+        let repo = cache.open_or_clone(&url, &auth)?;
+        let outcome = write_with_retry(
+            &repo,
+            &base,
+            &auth,
+            attempts,
+            |repo, head| {
+                let files = utf8_files(repo.read_files_under(head, &decision.to_path)?);
+                let target = promotion::inventory(&files, &decision.to_path);
+                let candidate = decision
+                    .candidate(&target)
+                    .map_err(|e| GitError::apply(e.to_string()))?;
+                if candidate.is_current() {
+                    return Ok(None);
+                }
+                let edits = promotion::plan_target_edits(&files, &target, &candidate)
+                    .map_err(GitError::apply)?;
+                let message = render::commit_message(
+                    &candidate,
+                    &edits.changes,
+                    TextContext {
+                        policy: &policy_name,
+                        source: &source_label,
+                        path: &decision.to_path,
+                        branch: &base,
+                    },
+                );
+                Ok(Some((edits.files, message)))
+            },
+            &author,
+        )?;
+        Ok(match outcome {
+            WriteOutcome::Committed { commit, .. } => Some(commit.to_string()),
+            WriteOutcome::NothingToDo { .. } => None,
+        })
+    })
+    .await
+}
+
+/// Mode PullRequest: one commit with the edits on the fetched target head, published to the
+/// policy's own branch. An existing branch is overwritten (with a lease on the tip inspected)
+/// only when it holds nothing but our earlier commit (`git::Repo::check_push_branch`), and only
+/// when its content or base differ. Returns the branch's head and whether it was pushed.
+async fn push_pull_request_branch(
+    shared: &Shared,
+    location: &Location,
+    branch: &str,
+    base_head: Oid,
+    tip: Option<Oid>,
+    edits: Vec<FileEdit>,
+    message: String,
+) -> Result<(String, bool), PromotionError> {
+    let cache = shared.cache.clone();
+    let url = location.url.clone();
+    let auth = location.auth.clone();
+    let author = shared.author.clone();
+    let branch = branch.to_string();
+    blocking(move || {
+        let repo = cache.open_or_clone(&url, &auth)?;
+        let Some(commit) = repo.commit_edits(&branch, base_head, &edits, &message, &author)? else {
+            return Err(PromotionError::Internal(
+                "the planned edits change nothing".into(),
+            ));
+        };
+        if let Some(tip) = tip {
+            let owned = repo.check_push_branch(&branch, tip, base_head, &author)?;
+            let same_tree = repo.raw().find_commit(tip).map(|c| c.tree_id()).ok()
+                == repo.raw().find_commit(commit).map(|c| c.tree_id()).ok();
+            if same_tree && owned.base == base_head {
+                return Ok((tip.to_string(), false));
+            }
+        }
+        repo.push_with(
+            &branch,
+            commit,
+            &auth,
+            PushMode::ForceWithLease { expected: tip },
+            None,
+        )?;
+        Ok((commit.to_string(), true))
+    })
+    .await
+}
+
+/// Step 6 (pure): the status this reconcile leaves.
+pub fn build_status(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+    now: &Time,
+) -> PromotionPolicyStatus {
+    let previous = policy.status.clone().unwrap_or_default();
+    let generation = policy.metadata.generation;
+    let mut next = previous.clone();
+    next.observed_generation = generation;
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: truncate(message, 1024),
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    };
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            next.conditions = conditions::merge_condition(
+                &previous.conditions,
+                condition(READY, "False", e.reason(), &e.to_string()),
+            );
+            return next;
+        }
+    };
+    let candidate = &outcome.candidate;
+    next.source = Some(outcome.source.clone());
+    next.candidate = candidate
+        .images
+        .iter()
+        .map(|i| PromotedImage {
+            name: i.name.clone(),
+            image: i.repository.clone(),
+            tag: i.tag.clone(),
+            current: i.current_display(),
+        })
+        .collect();
+    next.candidate_summary = Some(candidate.summary());
+    next.candidate_id = Some(candidate.id());
+    match &outcome.gates {
+        Some(g) => {
+            next.gates = g.gates.clone();
+            next.gates_summary = Some(g.summary());
+        }
+        None => {
+            next.gates = Vec::new();
+            next.gates_summary = None;
+        }
+    }
+    let summary = candidate.summary();
+    let changes: Vec<String> = candidate
+        .changes()
+        .map(|i| {
+            format!(
+                "{} {} -> {}",
+                i.name,
+                i.current_display().unwrap_or_default(),
+                i.tag
+            )
+        })
+        .collect();
+    let mut notes = outcome.warnings.clone();
+    if !candidate.not_in_target.is_empty() {
+        notes.push(format!(
+            "not in {}: {}",
+            outcome.path,
+            candidate.not_in_target.join(", ")
+        ));
+    }
+    let note = if notes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", notes.join("; "))
+    };
+    let is_pr = outcome.mode == PromotionMode::PullRequest;
+    let mut set = |c: Condition| next.conditions = conditions::merge_condition(&next.conditions, c);
+    let gates_condition = match &outcome.gates {
+        None => condition(
+            GATES_PASSING,
+            "Unknown",
+            reason::NOTHING_TO_PROMOTE,
+            &format!("{} already holds {summary}", outcome.path),
+        ),
+        Some(g) => match &g.failing {
+            Some((r, m)) => condition(GATES_PASSING, "False", r, m),
+            None => condition(
+                GATES_PASSING,
+                "True",
+                reason::GATES_PASSED,
+                &format!("{} gate(s) pass", g.gates.len()),
+            ),
+        },
+    };
+    set(gates_condition);
+    let record = |commit: Option<String>, pr: Option<String>| Promotion {
+        tags: candidate.tags(),
+        commit,
+        pull_request: pr,
+        at: now.clone(),
+    };
+    let mut new_promotion: Option<Promotion> = None;
+    let mut pull_request = previous.pull_request.clone();
+    match &outcome.delivery {
+        Delivery::UpToDate { closed } => {
+            set(condition(
+                READY,
+                "True",
+                reason::UP_TO_DATE,
+                &format!("{} already holds {summary}{note}", outcome.path),
+            ));
+            if is_pr {
+                pull_request = None;
+                set(match closed {
+                    Some(pr) => condition(
+                        PULL_REQUEST_OPEN,
+                        "False",
+                        reason::CLOSED,
+                        &format!(
+                            "closed {} #{}: {} already holds the candidate",
+                            pr.url, pr.number, outcome.path
+                        ),
+                    ),
+                    None => condition(
+                        PULL_REQUEST_OPEN,
+                        "False",
+                        reason::NO_PULL_REQUEST,
+                        "nothing to propose",
+                    ),
+                });
+            }
+        }
+        Delivery::Gated => {
+            let why = outcome
+                .gates
+                .as_ref()
+                .and_then(|g| g.failing.as_ref())
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default();
+            set(condition(
+                READY,
+                "True",
+                reason::WAITING_FOR_GATES,
+                &format!("{} waits for gates: {why}{note}", changes.join(", ")),
+            ));
+        }
+        Delivery::Suspended => {
+            set(condition(
+                READY,
+                "False",
+                common_reason::SUSPENDED,
+                &format!(
+                    "suspended: {} would be proposed to {}",
+                    changes.join(", "),
+                    outcome.path
+                ),
+            ));
+        }
+        Delivery::Committed { commit } => {
+            set(condition(
+                READY,
+                "True",
+                reason::COMMITTED,
+                &format!(
+                    "commit {} on {}: {}{note}",
+                    short(commit),
+                    outcome.branch,
+                    changes.join(", ")
+                ),
+            ));
+            new_promotion = Some(record(Some(commit.clone()), None));
+        }
+        Delivery::Proposed {
+            pull_request: pr,
+            action,
+            commit,
+            pushed,
+        } => {
+            set(condition(
+                READY,
+                "True",
+                reason::PROPOSED,
+                &format!(
+                    "pull request #{} proposes {}{note}",
+                    pr.number,
+                    changes.join(", ")
+                ),
+            ));
+            set(condition(PULL_REQUEST_OPEN, "True", reason::OPEN, &pr.url));
+            pull_request = Some(PullRequestRef {
+                url: pr.url.clone(),
+                number: pr.number,
+                branch: pr.head.clone(),
+            });
+            if *pushed || *action == EnsureAction::Created {
+                new_promotion = Some(record(Some(commit.clone()), Some(pr.url.clone())));
+            }
+        }
+    }
+    if !is_pr {
+        pull_request = None;
+        set(condition(
+            PULL_REQUEST_OPEN,
+            "False",
+            reason::NOT_APPLICABLE,
+            "mode Commit opens no pull requests",
+        ));
+    }
+    next.pull_request = pull_request;
+    if let Some(p) = new_promotion {
+        let duplicate = next.last_promotions.first().is_some_and(|last| {
+            last.tags == p.tags && last.commit == p.commit && last.pull_request == p.pull_request
+        });
+        if !duplicate {
+            next.last_promotions.insert(0, p);
+            next.last_promotions.truncate(HISTORY);
+        }
+    }
+    next
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+async fn patch_status_if_changed(
+    policy: &PromotionPolicy,
+    status: PromotionPolicyStatus,
+    client: &Client,
+) -> Result<(), PromotionError> {
+    if policy.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<PromotionPolicy> =
+        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "imagewatch.dev/v1alpha1",
+        "kind": "PromotionPolicy",
+        "status": status,
+    });
+    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
+    match api
+        .patch_status(&policy.name_any(), &params, &Patch::Apply(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn ready_of(policy: &PromotionPolicy) -> Option<&Condition> {
+    policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+}
+
+fn gates_of(policy: &PromotionPolicy) -> Option<&Condition> {
+    policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == GATES_PASSING))
+}
+
+/// The Event a reconcile result deserves, if any (pure).
+pub fn event_for(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+) -> Option<Event> {
+    let normal = |reason: &str, action: &str, note: String| Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1024)),
+        action: action.into(),
+        secondary: None,
+    };
+    match result {
+        Ok(o) => {
+            let summary = o.candidate.summary();
+            match &o.delivery {
+                Delivery::Committed { commit } => Some(normal(
+                    "Promoted",
+                    "Commit",
+                    format!(
+                        "committed {} to {} ({}): {summary}",
+                        short(commit),
+                        o.branch,
+                        o.path
+                    ),
+                )),
+                Delivery::Proposed {
+                    pull_request,
+                    action: EnsureAction::Created,
+                    ..
+                } => Some(normal(
+                    "PullRequestOpened",
+                    "Propose",
+                    format!(
+                        "opened #{} {}: {summary}",
+                        pull_request.number, pull_request.url
+                    ),
+                )),
+                Delivery::Proposed {
+                    pull_request,
+                    pushed: true,
+                    ..
+                } => Some(normal(
+                    "PullRequestUpdated",
+                    "Propose",
+                    format!(
+                        "updated #{} {}: {summary}",
+                        pull_request.number, pull_request.url
+                    ),
+                )),
+                Delivery::UpToDate {
+                    closed: Some(pr), ..
+                } => Some(normal(
+                    "PullRequestClosed",
+                    "Close",
+                    format!(
+                        "closed #{} {}: {} already holds {summary}",
+                        pr.number, pr.url, o.path
+                    ),
+                )),
+                Delivery::Gated => {
+                    let (reason, message) = o.gates.as_ref()?.failing.clone()?;
+                    let previous = gates_of(policy);
+                    previous
+                        .is_none_or(|c| c.reason != reason)
+                        .then(|| normal(reason, "Gate", message))
+                }
+                _ => None,
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let previous = ready_of(policy);
+            previous
+                .is_none_or(|c| c.reason != e.reason() || c.message != truncate(&message, 1024))
+                .then(|| Event {
+                    type_: EventType::Warning,
+                    reason: e.reason().into(),
+                    note: Some(truncate(&message, 1024)),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                })
+        }
+    }
+}
+
+async fn publish_events(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+    shared: &Shared,
+) {
+    if let Some(event) = event_for(policy, result)
+        && let Err(e) = shared
+            .ctx
+            .recorder
+            .publish(&event, &policy.object_ref(&()))
+            .await
+    {
+        tracing::warn!(error = %e, "cannot publish Event");
+    }
+}
+
+async fn report_undeserializable(
+    shared: &Shared,
+    invalid: &kube::core::error_boundary::InvalidObject,
+) -> Result<(), PromotionError> {
+    let (Some(name), Some(namespace)) = (
+        invalid.metadata.name.clone(),
+        invalid.metadata.namespace.clone(),
+    ) else {
+        return Ok(());
+    };
+    let now = Time(jiff::Timestamp::now());
+    let condition = conditions::ready_condition(
+        false,
+        common_reason::INVALID_SPEC,
+        &format!(
+            "the object does not match the PromotionPolicy schema: {}",
+            invalid.error
+        ),
+        invalid.metadata.generation,
+        &now,
+    );
+    let api: Api<PromotionPolicy> = Api::namespaced(shared.ctx.client.clone(), &namespace);
+    let patch = json!({
+        "apiVersion": "imagewatch.dev/v1alpha1",
+        "kind": "PromotionPolicy",
+        "status": { "observedGeneration": invalid.metadata.generation, "conditions": [condition] },
+    });
+    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
+    match api
+        .patch_status(&name, &params, &Patch::Apply(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::promotion::{CandidateImage, Origin};
+    use imagewatch_crd::PromotionPolicySpec;
+
+    fn policy(extra: serde_json::Value) -> PromotionPolicy {
+        let mut spec = json!({
+            "from": {"watchSelector": {"matchLabels": {"stage": "stg"}}},
+            "to": {"path": "overlays/production", "branch": "release"},
+            "pullRequest": {"provider": "github"},
+        });
+        if let (Some(base), Some(more)) = (spec.as_object_mut(), extra.as_object()) {
+            for (k, v) in more {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+        let spec: PromotionPolicySpec = serde_json::from_value(spec).unwrap();
+        let mut p = PromotionPolicy::new("my-api", spec);
+        p.metadata.namespace = Some("team".into());
+        p.metadata.generation = Some(2);
+        p
+    }
+
+    fn candidate(current: &str) -> Candidate {
+        Candidate {
+            images: vec![CandidateImage {
+                name: "my-api".into(),
+                repository: "r/acct222/my-api".into(),
+                tag: "v2".into(),
+                digest: None,
+                origin: Origin::Source,
+                source: Some("r/acct111/my-api:v2".into()),
+                current: vec![format!("r/acct222/my-api:{current}")],
+            }],
+            not_in_target: vec![],
+            pinned: false,
+        }
+    }
+
+    fn outcome(delivery: Delivery, gates: Option<GateReport>, current: &str) -> Outcome {
+        Outcome {
+            source: "ImageWatches stage=stg".into(),
+            mode: PromotionMode::PullRequest,
+            path: "overlays/production".into(),
+            branch: "release".into(),
+            candidate: candidate(current),
+            gates,
+            delivery,
+            warnings: vec![],
+        }
+    }
+
+    fn pr(number: i64) -> PullRequest {
+        PullRequest {
+            number,
+            url: format!("https://github.test/o/r/pull/{number}"),
+            title: "t".into(),
+            body: "b".into(),
+            head: "imagewatch/promote-team-my-api".into(),
+            base: "release".into(),
+            head_sha: None,
+            labels: vec![],
+            auto_merge: false,
+            node_id: None,
+        }
+    }
+
+    fn t(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn cond<'a>(s: &'a PromotionPolicyStatus, type_: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn validation_catches_what_the_schema_cannot() {
+        assert!(validate(&policy(json!({})).spec).is_ok());
+        let bad = policy(json!({"gates": {"soak": "soon"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("soak"));
+        let bad = policy(json!({"pin": {"my-api": "-bad"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("spec.pin"));
+        let mut bad = policy(json!({}));
+        bad.spec.pull_request = None;
+        assert!(validate(&bad.spec).unwrap_err().contains("pullRequest"));
+        let bad = policy(json!({"from": {"path": "overlays/stg"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("to.git"));
+    }
+
+    #[test]
+    fn a_gated_candidate_names_the_gate() {
+        let p = policy(json!({}));
+        let report = promotion::evaluate(
+            &GateFacts {
+                image_exists: Some(vec![ImageFact {
+                    reference: "r/acct222/my-api:v2".into(),
+                    expected_digest: None,
+                    check: ImageCheck::Missing,
+                }]),
+                ..Default::default()
+            },
+            jiff::Timestamp::from_second(0).unwrap(),
+        );
+        let s = build_status(
+            &p,
+            &Ok(outcome(Delivery::Gated, Some(report), "v1")),
+            &t(10),
+        );
+        assert_eq!(cond(&s, GATES_PASSING).reason, "ImageMissing");
+        assert_eq!(cond(&s, GATES_PASSING).status, "False");
+        assert_eq!(cond(&s, READY).reason, "WaitingForGates");
+        assert_eq!(s.gates_summary.as_deref(), Some("0/1"));
+        assert_eq!(s.candidate_summary.as_deref(), Some("my-api:v2"));
+        assert_eq!(s.candidate[0].current.as_deref(), Some("v1"));
+        assert!(s.last_promotions.is_empty());
+        assert!(
+            event_for(
+                &p,
+                &Ok(outcome(
+                    Delivery::Gated,
+                    s.gates_summary.as_ref().map(|_| GateReport {
+                        failing: Some(("ImageMissing", "x".into())),
+                        ..Default::default()
+                    }),
+                    "v1"
+                ))
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn a_proposal_records_the_pull_request_and_the_promotion() {
+        let p = policy(json!({}));
+        let o = outcome(
+            Delivery::Proposed {
+                pull_request: pr(3),
+                action: EnsureAction::Created,
+                commit: "abcdef1234567890".into(),
+                pushed: true,
+            },
+            Some(GateReport::default()),
+            "v1",
+        );
+        let s = build_status(&p, &Ok(o.clone()), &t(10));
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).status, "True");
+        assert_eq!(
+            cond(&s, PULL_REQUEST_OPEN).message,
+            "https://github.test/o/r/pull/3"
+        );
+        assert_eq!(cond(&s, READY).reason, "Proposed");
+        assert_eq!(s.pull_request.as_ref().map(|p| p.number), Some(3));
+        assert_eq!(s.last_promotions.len(), 1);
+        assert_eq!(s.last_promotions[0].tags["my-api"], "v2");
+        let e = event_for(&p, &Ok(o.clone())).unwrap();
+        assert_eq!(e.reason, "PullRequestOpened");
+
+        // The same state again records nothing new.
+        let mut again = p.clone();
+        again.status = Some(s.clone());
+        let unchanged = outcome(
+            Delivery::Proposed {
+                pull_request: pr(3),
+                action: EnsureAction::Unchanged,
+                commit: "abcdef1234567890".into(),
+                pushed: false,
+            },
+            Some(GateReport::default()),
+            "v1",
+        );
+        let s2 = build_status(&again, &Ok(unchanged.clone()), &t(20));
+        assert_eq!(s2, s, "nothing changes, so no status write");
+        assert!(event_for(&again, &Ok(unchanged)).is_none());
+    }
+
+    #[test]
+    fn history_is_newest_first_and_bounded() {
+        let mut p = policy(json!({"mode": "Commit"}));
+        for i in 0..12 {
+            let o = Outcome {
+                mode: PromotionMode::Commit,
+                ..outcome(
+                    Delivery::Committed {
+                        commit: format!("c{i:02}"),
+                    },
+                    Some(GateReport::default()),
+                    "v1",
+                )
+            };
+            p.status = Some(build_status(&p, &Ok(o), &t(i)));
+        }
+        let s = p.status.unwrap();
+        assert_eq!(s.last_promotions.len(), HISTORY);
+        assert_eq!(s.last_promotions[0].commit.as_deref(), Some("c11"));
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "NotApplicable");
+        assert_eq!(cond(&s, READY).reason, "Committed");
+    }
+
+    #[test]
+    fn up_to_date_closes_and_clears_the_pull_request() {
+        let mut p = policy(json!({}));
+        p.status = Some(PromotionPolicyStatus {
+            pull_request: Some(PullRequestRef {
+                url: "u".into(),
+                number: 3,
+                branch: "b".into(),
+            }),
+            ..Default::default()
+        });
+        let o = outcome(
+            Delivery::UpToDate {
+                closed: Some(pr(3)),
+            },
+            None,
+            "v2",
+        );
+        let s = build_status(&p, &Ok(o.clone()), &t(10));
+        assert!(s.pull_request.is_none());
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "Closed");
+        assert_eq!(cond(&s, GATES_PASSING).status, "Unknown");
+        assert_eq!(cond(&s, READY).reason, "UpToDate");
+        assert_eq!(event_for(&p, &Ok(o)).unwrap().reason, "PullRequestClosed");
+    }
+
+    #[test]
+    fn errors_keep_the_last_known_state() {
+        let mut p = policy(json!({}));
+        p.status = Some(PromotionPolicyStatus {
+            candidate_summary: Some("my-api:v2".into()),
+            ..Default::default()
+        });
+        let err = PromotionError::Forge(ForgeError::RateLimited {
+            provider: "github",
+            retry_after: Some(Duration::from_secs(30)),
+            message: "API rate limit exceeded".into(),
+        });
+        let s = build_status(&p, &Err(err), &t(10));
+        assert_eq!(s.candidate_summary.as_deref(), Some("my-api:v2"));
+        assert_eq!(cond(&s, READY).reason, "ForgeError");
+        assert!(cond(&s, READY).message.contains("retry in 30s"));
+    }
+}
