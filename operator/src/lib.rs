@@ -6,9 +6,11 @@
 
 pub mod cli;
 pub mod controller;
+pub mod forge;
 pub mod git;
 pub mod manifests;
 pub mod policy;
+pub mod promotion;
 pub mod registry;
 pub mod telemetry;
 pub mod triggers;
