@@ -17,6 +17,11 @@ COMPONENT=testground
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PARTS=(controlplane registry moto gitserver)
+# A cluster of your own: with IMAGEWATCH_E2E_KUBECONFIG set, the local control plane is not
+# started and the tests use that kubeconfig.
+if [[ -n ${IMAGEWATCH_E2E_KUBECONFIG:-} ]]; then
+  PARTS=(registry moto gitserver)
+fi
 ENV_FILE="$STATE/env"
 
 all_env() {
@@ -25,6 +30,9 @@ all_env() {
     "$SCRIPTS_DIR/$p.sh" env
   done
   echo "export IMAGEWATCH_E2E_STATE=$STATE"
+  if [[ -n ${IMAGEWATCH_E2E_KUBECONFIG:-} ]]; then
+    echo "export KUBECONFIG=$(realpath "$IMAGEWATCH_E2E_KUBECONFIG")"
+  fi
 }
 
 cmd_down() {

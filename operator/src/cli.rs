@@ -87,6 +87,9 @@ pub struct RunArgs {
     /// become one commit, e.g. 1s.
     #[arg(long, env = "IMAGEWATCH_BATCH_WINDOW", default_value = "1s", value_parser = parse_duration_arg)]
     pub batch_window: Duration,
+    /// A batch is written early when no further edit arrived for this long.
+    #[arg(long, env = "IMAGEWATCH_BATCH_QUIET", default_value = "150ms", value_parser = parse_duration_arg)]
+    pub batch_quiet: Duration,
     /// Commit message template. Placeholders: {{subject}}, {{changes}}, {{count}},
     /// {{watches}}, {{files}}, {{branch}}; `\n` is a newline.
     #[arg(

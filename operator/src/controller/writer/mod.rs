@@ -110,6 +110,8 @@ pub struct WriterOptions {
     pub push_attempts: u32,
     /// Intents arriving within this time after the first one of a batch join it.
     pub batch_window: Duration,
+    /// A batch closes early when no intent arrived for this long.
+    pub batch_quiet: Duration,
     /// Most intents in one batch.
     pub max_batch: usize,
     /// A writer task with nothing to do for this long exits.
@@ -130,6 +132,7 @@ impl std::fmt::Debug for WriterOptions {
             .field("author", &self.author)
             .field("push_attempts", &self.push_attempts)
             .field("batch_window", &self.batch_window)
+            .field("batch_quiet", &self.batch_quiet)
             .field("max_batch", &self.max_batch)
             .field("idle_timeout", &self.idle_timeout)
             .field("signer", &self.signer)
@@ -147,6 +150,7 @@ impl WriterOptions {
             author,
             push_attempts: 5,
             batch_window: Duration::from_secs(1),
+            batch_quiet: Duration::from_millis(150),
             max_batch: 500,
             idle_timeout: Duration::from_secs(300),
             commit_template: CommitTemplate::default(),
@@ -175,6 +179,7 @@ impl WriterOptions {
         Ok(Self {
             push_attempts: args.push_attempts,
             batch_window: args.batch_window,
+            batch_quiet: args.batch_quiet,
             commit_template: args.commit_template.clone(),
             signer,
             crash_point: args.test_crash_point,
@@ -389,9 +394,13 @@ async fn run_task(shared: Arc<Shared>, key: WriterKey, id: u64, mut receiver: mp
             }
         };
         let mut jobs = vec![first];
+        // A batch closes when no further intent arrived for the quiet period, or at the
+        // window's end at the latest: a lone push is written at once, a burst becomes one
+        // commit.
         let deadline = tokio::time::Instant::now() + options.batch_window;
         while jobs.len() < options.max_batch.max(1) {
-            match tokio::time::timeout_at(deadline, receiver.recv()).await {
+            let quiet_end = (tokio::time::Instant::now() + options.batch_quiet).min(deadline);
+            match tokio::time::timeout_at(quiet_end, receiver.recv()).await {
                 Ok(Some(job)) => jobs.push(job),
                 Ok(None) | Err(_) => break,
             }
