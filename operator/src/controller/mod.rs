@@ -247,6 +247,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rx.recv().await.map(|r| (r, rx))
     });
 
+    let promotion_ctx = ctx.clone();
     let controller_token = shutdown.clone();
     let ready_metrics = metrics.clone();
     let controller = controller
@@ -264,8 +265,19 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         });
     metrics.set_ready(false);
     tracing::info!("imagewatch controller started");
-    controller.await;
-    shutdown.cancel();
+    // PromotionPolicies: their own controller, sharing this context, stopped by the same token.
+    let promotions = promotion::run(
+        promotion_ctx,
+        promotion::PromotionOptions::from_run_args(&args),
+        shutdown.clone(),
+    );
+    futures::join!(
+        async {
+            controller.await;
+            shutdown.cancel();
+        },
+        promotions
+    );
     match server.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(RunError::Metrics(e)),

@@ -584,13 +584,19 @@ async fn resolve_location(
     })
 }
 
+/// Files as `(repository-relative path, text)`.
+type Files = Vec<(String, String)>;
+
+/// A commit id and its time.
+type Change = (String, jiff::Timestamp);
+
 /// What the blocking Git read found.
 struct GitRead {
     base_head: Oid,
     pr_tip: Option<Oid>,
     target_files: Vec<(String, String)>,
     /// `from.path`: files, and the last commit that changed the directory (id, time).
-    source: Option<(Vec<(String, String)>, Option<(String, jiff::Timestamp)>)>,
+    source: Option<(Files, Option<Change>)>,
     containment: Option<Containment>,
 }
 
@@ -1356,16 +1362,30 @@ pub fn build_status(
     let mut pull_request = previous.pull_request.clone();
     match &outcome.delivery {
         Delivery::UpToDate { closed } => {
-            set(condition(
-                READY,
-                "True",
-                reason::UP_TO_DATE,
-                &format!("{} already holds {summary}{note}", outcome.path),
-            ));
+            // A commit just made stays the Ready message until something else happens (the
+            // next reconcile finds the target current): no status churn, and people see it.
+            let just_committed = previous.conditions.iter().any(|c| {
+                c.type_ == READY
+                    && c.reason == reason::COMMITTED
+                    && c.observed_generation == generation
+            }) && previous.candidate_id.as_deref()
+                == Some(candidate.id().as_str());
+            if !just_committed {
+                set(condition(
+                    READY,
+                    "True",
+                    reason::UP_TO_DATE,
+                    &format!("{} already holds {summary}{note}", outcome.path),
+                ));
+            }
             if is_pr {
                 pull_request = None;
-                set(match closed {
-                    Some(pr) => condition(
+                let already_closed = previous
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == PULL_REQUEST_OPEN && c.status == "False");
+                match closed {
+                    Some(pr) => set(condition(
                         PULL_REQUEST_OPEN,
                         "False",
                         reason::CLOSED,
@@ -1373,14 +1393,15 @@ pub fn build_status(
                             "closed {} #{}: {} already holds the candidate",
                             pr.url, pr.number, outcome.path
                         ),
-                    ),
-                    None => condition(
+                    )),
+                    None if already_closed => {}
+                    None => set(condition(
                         PULL_REQUEST_OPEN,
                         "False",
                         reason::NO_PULL_REQUEST,
                         "nothing to propose",
-                    ),
-                });
+                    )),
+                }
             }
         }
         Delivery::Gated => {
@@ -1864,6 +1885,29 @@ mod tests {
         assert_eq!(s.last_promotions[0].commit.as_deref(), Some("c11"));
         assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "NotApplicable");
         assert_eq!(cond(&s, READY).reason, "Committed");
+    }
+
+    #[test]
+    fn a_commit_stays_the_ready_message_once_current() {
+        let mut p = policy(json!({"mode": "Commit"}));
+        let committed = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(
+                Delivery::Committed {
+                    commit: "abc".into(),
+                },
+                Some(GateReport::default()),
+                "v1",
+            )
+        };
+        p.status = Some(build_status(&p, &Ok(committed), &t(1)));
+        let current = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(Delivery::UpToDate { closed: None }, None, "v2")
+        };
+        let s = build_status(&p, &Ok(current), &t(2));
+        assert_eq!(cond(&s, READY).reason, "Committed");
+        assert_eq!(cond(&s, GATES_PASSING).reason, "NothingToPromote");
     }
 
     #[test]

@@ -1,0 +1,855 @@
+//! PromotionPolicy end to end on the real apiserver, registry, moto and git server, with the
+//! operator running as a process under the chart's RBAC.
+//!
+//! Seed 001's flow: a staging ImageWatch writes new tags into `overlays/staging` on `main`; a
+//! PromotionPolicy proposes them to `overlays/production` on `release` as ONE pull request (on
+//! a GitHub-API stub served by this test process), with the staging "account" rewritten to
+//! production's (two repository path prefixes on the ground's registry) and the release's
+//! other images aligned to the app image — only once production's registry holds every
+//! image; a newer staging tag updates the same pull request; merging it closes nothing but
+//! the loop (the next reconcile finds production current).
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Bytes,
+    http::{HeaderMap, Method, StatusCode, Uri},
+    response::IntoResponse,
+};
+use imagewatch_crd::{PromotionPolicy, conditions};
+use imagewatch_e2e::{
+    ground::{random_suffix, repo_root},
+    setup::{Scenario, create_secret},
+    wait_until,
+};
+use kube::Api;
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A GitHub REST/GraphQL stub keeping pull requests in memory, answering in the documented
+/// shapes (`pulls` list/create/update, `issues/{n}/labels`, GraphQL auto-merge).
+#[derive(Clone, Default)]
+struct GithubStub {
+    prs: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<(Method, String)>>>,
+}
+
+impl GithubStub {
+    async fn start(&self) -> anyhow::Result<String> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let me = self.clone();
+        let app = Router::new().fallback(
+            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
+                let me = me.clone();
+                async move {
+                    let (code, body) = me.answer(&method, &uri, &headers, &body);
+                    (
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        body.to_string(),
+                    )
+                        .into_response()
+                }
+            },
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(base)
+    }
+
+    fn answer(&self, method: &Method, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> (u16, Value) {
+        self.requests
+            .lock()
+            .unwrap()
+            .push((method.clone(), uri.to_string()));
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer forge-token")
+        {
+            return (401, json!({"message": "Bad credentials"}));
+        }
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let mut prs = self.prs.lock().unwrap();
+        let path = uri.path();
+        let pulls = "/repos/octo-org/manifests/pulls";
+        if path == pulls && method == Method::GET {
+            let open: Vec<Value> = prs
+                .iter()
+                .filter(|p| p["state"] == "open")
+                .cloned()
+                .collect();
+            return (200, Value::Array(open));
+        }
+        if path == pulls && method == Method::POST {
+            if prs
+                .iter()
+                .any(|p| p["state"] == "open" && p["head"]["ref"] == body["head"])
+            {
+                return (
+                    422,
+                    json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for octo-org:{}.", body["head"].as_str().unwrap_or_default())}]}),
+                );
+            }
+            let number = prs.len() as i64 + 1;
+            let pr = json!({
+                "id": number, "node_id": format!("PR_{number}"), "number": number, "state": "open",
+                "html_url": format!("https://github.test/octo-org/manifests/pull/{number}"),
+                "title": body["title"], "body": body["body"], "labels": [], "auto_merge": null,
+                "head": {"ref": body["head"], "sha": "0000000000000000000000000000000000000000", "label": format!("octo-org:{}", body["head"].as_str().unwrap_or_default())},
+                "base": {"ref": body["base"], "sha": "0000000000000000000000000000000000000000", "label": format!("octo-org:{}", body["base"].as_str().unwrap_or_default())},
+            });
+            prs.push(pr.clone());
+            return (201, pr);
+        }
+        if let Some(n) = path.strip_prefix(&format!("{pulls}/"))
+            && method == Method::PATCH
+        {
+            let n: i64 = n.parse().unwrap_or_default();
+            let Some(pr) = prs.iter_mut().find(|p| p["number"] == n) else {
+                return (404, json!({"message": "Not Found"}));
+            };
+            for key in ["title", "body", "state"] {
+                if !body[key].is_null() {
+                    pr[key] = body[key].clone();
+                }
+            }
+            return (200, pr.clone());
+        }
+        if let Some(rest) = path.strip_prefix("/repos/octo-org/manifests/issues/")
+            && method == Method::POST
+        {
+            let n: i64 = rest
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .parse()
+                .unwrap_or_default();
+            let Some(pr) = prs.iter_mut().find(|p| p["number"] == n) else {
+                return (404, json!({"message": "Not Found"}));
+            };
+            let labels: Vec<Value> = body["labels"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|l| json!({"id": 1, "name": l, "color": "f29513"}))
+                .collect();
+            pr["labels"] = Value::Array(labels.clone());
+            return (200, Value::Array(labels));
+        }
+        (404, json!({"message": "Not Found"}))
+    }
+
+    fn all(&self) -> Vec<Value> {
+        self.prs.lock().unwrap().clone()
+    }
+
+    fn count(&self, method: Method, path: &str) -> usize {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, p)| *m == method && p.split('?').next() == Some(path))
+            .count()
+    }
+}
+
+/// `(status, reason, message)` of a condition of a policy.
+fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_policy(
+    s: &Scenario,
+    api: &Api<PromotionPolicy>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&PromotionPolicy) -> bool,
+) -> anyhow::Result<PromotionPolicy> {
+    wait_until(what, TIMEOUT, || async {
+        let p = api.get(name).await?;
+        Ok(check(&p).then_some(p))
+    })
+    .await
+    .map_err(|e| {
+        let status = futures::executor::block_on(api.get(name))
+            .ok()
+            .and_then(|p| p.status)
+            .map(|st| serde_json::to_string_pretty(&st).unwrap_or_default())
+            .unwrap_or_default();
+        anyhow::anyhow!(
+            "{e}\n--- policy status ---\n{status}\n--- operator log ---\n{}",
+            s.operator.log_tail(60)
+        )
+    })
+}
+
+fn argocd_source(images: &[String]) -> String {
+    let mut out = String::from("# image tags (managed by imagewatch)\nkustomize:\n  images:\n");
+    for image in images {
+        out.push_str(&format!("  - {image}\n"));
+    }
+    out
+}
+
+/// A manifests repository with `overlays/staging` (main) and `overlays/production`, and a
+/// `release` branch equal to main.
+fn seed_manifests(
+    s: &Scenario,
+    name: &str,
+    staging: &[String],
+    production: &[String],
+) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    let stg = dir.path().join("overlays/staging");
+    let prd = dir.path().join("overlays/production");
+    std::fs::create_dir_all(&stg)?;
+    std::fs::create_dir_all(&prd)?;
+    std::fs::write(stg.join("kustomization.yaml"), "resources:\n- ../../base\n")?;
+    std::fs::write(prd.join("kustomization.yaml"), "resources:\n- ../../base\n")?;
+    std::fs::write(
+        stg.join(".argocd-source-my-api-stg.yaml"),
+        argocd_source(staging),
+    )?;
+    std::fs::write(
+        prd.join(".argocd-source-my-api-prd.yaml"),
+        argocd_source(production),
+    )?;
+    let git = s.ground.git()?;
+    let url = git.new_repo(name, dir.path())?;
+    git.git(name, &["branch", "release", "main"])?;
+    Ok(url)
+}
+
+const PRD_FILE: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
+
+#[tokio::test]
+async fn seed_001_staging_to_production_by_one_pull_request() -> anyhow::Result<()> {
+    let s = Scenario::start("promo", &[]).await?;
+    let registry = s.ground.registry()?;
+    let git = s.ground.git()?;
+    let sfx = random_suffix();
+    let stg = format!("{}/e2e/acct111-{sfx}", registry.host);
+    let prd = format!("{}/e2e/acct222-{sfx}", registry.host);
+    let path = |acct: &str, image: &str| format!("e2e/{acct}-{sfx}/{image}");
+    registry.push(&path("acct111", "my-api"), "v1.0.0")?;
+    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+        registry.push(&path("acct222", image), "v1.0.0")?;
+    }
+    let repo = format!("promo-{}", s.ns.name);
+    let url = seed_manifests(
+        &s,
+        &repo,
+        &[format!("{stg}/my-api:v1.0.0")],
+        &[
+            format!("{prd}/my-api:v1.0.0"),
+            format!("{prd}/my-api-worker:v1.0.0"),
+            format!("{prd}/my-api-migrate:v1.0.0"),
+        ],
+    )?;
+    let production_before = git.show(&repo, "release", PRD_FILE)?;
+
+    let forge = GithubStub::default();
+    let api_url = forge.start().await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "forge-token",
+        "Opaque",
+        &[("token", "forge-token")],
+    )
+    .await?;
+
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: my-api-stg
+  namespace: {ns}
+  labels: {{app: my-api, stage: stg}}
+spec:
+  image: {stg}/my-api
+  tags: {{pattern: "v*"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+  target:
+    argocdSource: {{path: overlays/staging, application: my-api-stg, image: "{stg}/my-api"}}
+---
+apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api, stage: stg}}}}}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+    branch: release
+    imageRewrite: [{{from: "{stg}/", to: "{prd}/"}}]
+    registrySecretRef: {{name: regcred}}
+  alignTags: {{leader: my-api, followers: [my-api-worker, my-api-migrate]}}
+  gates: {{imageExists: true}}
+  mode: PullRequest
+  pullRequest:
+    provider: github
+    apiUrl: "{api_url}"
+    repository: octo-org/manifests
+    secretRef: {{name: forge-token}}
+    labels: [promotion]
+  interval: 10s
+"#,
+        ns = s.ns.name
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+
+    // Production already runs what staging runs: nothing is proposed.
+    s.wait_ready("my-api-stg", "True", "UpToDate").await?;
+    let p = wait_policy(&s, &policies, "my-api", "policy up to date", |p| {
+        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+    })
+    .await?;
+    assert_eq!(
+        p.status
+            .as_ref()
+            .and_then(|st| st.candidate_summary.clone())
+            .as_deref(),
+        Some("my-api:v1.0.0, my-api-migrate:v1.0.0, my-api-worker:v1.0.0")
+    );
+    assert!(forge.all().is_empty());
+
+    // A new staging tag: the candidate is v1.1.0 for all three production images, but the
+    // production registry does not hold them yet — the gate says which, nothing is proposed.
+    registry.push(&path("acct111", "my-api"), "v1.1.0")?;
+    s.wait_applied("my-api-stg", "v1.1.0").await?;
+    let p = wait_policy(&s, &policies, "my-api", "ImageMissing", |p| {
+        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
+    })
+    .await?;
+    let st = p.status.clone().unwrap_or_default();
+    let gate = &st.gates[0];
+    assert_eq!(gate.name, "imageExists");
+    assert!(!gate.passed);
+    let message = gate.message.clone().unwrap_or_default();
+    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+        assert!(
+            message.contains(&format!("{prd}/{image}:v1.1.0")),
+            "{message}"
+        );
+    }
+    assert_eq!(st.gates_summary.as_deref(), Some("0/1"));
+    assert_eq!(
+        condition(&p, conditions::READY).map(|c| c.1).as_deref(),
+        Some("WaitingForGates")
+    );
+    assert!(
+        forge.all().is_empty(),
+        "no pull request before the gate passes"
+    );
+    assert!(
+        git.git(&repo, &["branch", "--list", "imagewatch/*"])?
+            .trim()
+            .is_empty(),
+        "no branch pushed before the gate passes"
+    );
+
+    // Production's registry gets the images: ONE pull request, rewritten and aligned.
+    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+        registry.push(&path("acct222", image), "v1.1.0")?;
+    }
+    let p = wait_policy(&s, &policies, "my-api", "pull request open", |p| {
+        condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    let st = p.status.clone().unwrap_or_default();
+    let branch = format!("imagewatch/promote-{}-my-api", s.ns.name);
+    let pr = st.pull_request.clone().expect("status.pullRequest");
+    assert_eq!(pr.number, 1);
+    assert_eq!(pr.branch, branch);
+    assert_eq!(
+        condition(&p, conditions::PULL_REQUEST_OPEN).map(|c| c.2),
+        Some(pr.url.clone())
+    );
+    assert_eq!(
+        condition(&p, conditions::GATES_PASSING)
+            .map(|c| c.1)
+            .as_deref(),
+        Some("GatesPassed")
+    );
+    assert_eq!(st.gates_summary.as_deref(), Some("1/1"));
+    let prs = forge.all();
+    assert_eq!(prs.len(), 1);
+    assert_eq!(prs[0]["base"]["ref"], "release");
+    assert_eq!(prs[0]["head"]["ref"], branch.as_str());
+    assert_eq!(prs[0]["labels"][0]["name"], "promotion");
+    let body = prs[0]["body"].as_str().unwrap_or_default().to_string();
+    assert!(
+        body.contains(&format!(
+            "| my-api-worker | `{prd}/my-api-worker:v1.0.0` | `{prd}/my-api-worker:v1.1.0` | aligned with my-api |"
+        )),
+        "{body}"
+    );
+    assert!(
+        body.contains(&format!("from `{stg}/my-api:v1.1.0`")),
+        "{body}"
+    );
+    let proposed = git.show(&repo, &branch, PRD_FILE)?;
+    assert_eq!(
+        proposed,
+        production_before.replace(":v1.0.0", ":v1.1.0"),
+        "only the tags changed, in place"
+    );
+    assert_eq!(
+        git.show(&repo, "release", PRD_FILE)?,
+        production_before,
+        "release itself is untouched"
+    );
+    let first_head = git.git(&repo, &["rev-parse", &branch])?.trim().to_string();
+    assert_eq!(
+        git.git(&repo, &["rev-parse", &format!("{branch}^")])?
+            .trim(),
+        git.git(&repo, &["rev-parse", "release"])?.trim(),
+        "one commit on top of release"
+    );
+    assert_eq!(st.last_promotions.len(), 1);
+    assert_eq!(st.last_promotions[0].tags["my-api-migrate"], "v1.1.0");
+    assert_eq!(
+        st.last_promotions[0].commit.as_deref(),
+        Some(first_head.as_str())
+    );
+    assert_eq!(
+        st.last_promotions[0].pull_request.as_deref(),
+        Some(pr.url.as_str())
+    );
+
+    // A newer staging tag updates the SAME pull request with a new head commit.
+    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+        registry.push(&path("acct222", image), "v1.2.0")?;
+    }
+    registry.push(&path("acct111", "my-api"), "v1.2.0")?;
+    s.wait_applied("my-api-stg", "v1.2.0").await?;
+    let p = wait_policy(&s, &policies, "my-api", "pull request updated", |p| {
+        p.status.as_ref().is_some_and(|st| {
+            st.last_promotions
+                .first()
+                .is_some_and(|l| l.tags["my-api"] == "v1.2.0")
+        })
+    })
+    .await?;
+    let st = p.status.clone().unwrap_or_default();
+    assert_eq!(st.pull_request.as_ref().map(|p| p.number), Some(1));
+    let prs = forge.all();
+    assert_eq!(prs.len(), 1, "never a second pull request");
+    assert!(
+        prs[0]["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("my-api:v1.2.0"),
+        "{}",
+        prs[0]["title"]
+    );
+    assert_eq!(
+        forge.count(Method::POST, "/repos/octo-org/manifests/pulls"),
+        1
+    );
+    let second_head = git.git(&repo, &["rev-parse", &branch])?.trim().to_string();
+    assert_ne!(second_head, first_head);
+    assert_eq!(
+        git.show(&repo, &branch, PRD_FILE)?,
+        production_before.replace(":v1.0.0", ":v1.2.0")
+    );
+    assert_eq!(st.last_promotions.len(), 2);
+    assert_eq!(
+        st.last_promotions[1].tags["my-api"], "v1.1.0",
+        "newest first"
+    );
+
+    // Merging it (release moves to the branch): production matches, the pull request is not
+    // needed any more and is closed.
+    git.git(&repo, &["branch", "-f", "release", &branch])?;
+    let p = wait_policy(&s, &policies, "my-api", "closed after merge", |p| {
+        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+    })
+    .await?;
+    assert!(
+        p.status
+            .as_ref()
+            .is_some_and(|st| st.pull_request.is_none())
+    );
+    assert_eq!(forge.all()[0]["state"], "closed");
+
+    // The branch is the operator's only while it holds nothing but its own commit: after a
+    // person pushes to it, it is never force-pushed again (Ready=False, GitError).
+    let tree = format!("{branch}^{{tree}}");
+    let foreign = git
+        .git(
+            &repo,
+            &[
+                "-c",
+                "user.name=A Person",
+                "-c",
+                "user.email=person@example.com",
+                "commit-tree",
+                &tree,
+                "-p",
+                &branch,
+                "-m",
+                "a person's fix-up",
+            ],
+        )?
+        .trim()
+        .to_string();
+    git.git(
+        &repo,
+        &["update-ref", &format!("refs/heads/{branch}"), &foreign],
+    )?;
+    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+        registry.push(&path("acct222", image), "v1.3.0")?;
+    }
+    registry.push(&path("acct111", "my-api"), "v1.3.0")?;
+    s.wait_applied("my-api-stg", "v1.3.0").await?;
+    let p = wait_policy(
+        &s,
+        &policies,
+        "my-api",
+        "refuses a branch it does not own",
+        |p| condition(p, conditions::READY).is_some_and(|c| c.1 == "GitError"),
+    )
+    .await?;
+    let (_, _, message) = condition(&p, conditions::READY).unwrap_or_default();
+    assert!(
+        message.contains("refusing to overwrite push branch"),
+        "{message}"
+    );
+    assert!(message.contains("person@example.com"), "{message}");
+    assert_eq!(git.git(&repo, &["rev-parse", &branch])?.trim(), foreign);
+
+    let metrics = s.operator.metrics().await?;
+    assert!(
+        metrics.contains("imagewatch_forge_requests_total{provider=\"github\",outcome=\"ok\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("imagewatch_promotions_total{outcome=\"pr_opened\"}"),
+        "{metrics}"
+    );
+    let events = s.ground.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &s.ns.name,
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ])?;
+    for reason in [
+        "PullRequestOpened",
+        "PullRequestUpdated",
+        "PullRequestClosed",
+    ] {
+        assert!(events.contains(reason), "{events}");
+    }
+    Ok(())
+}
+
+/// The part of Argo CD's Application CRD the operator reads.
+const APPLICATION_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: applications.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn application(ns: &str, sync: &str, health: &str, revision: &str) -> String {
+    format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: my-api-stg, namespace: {ns}}}
+spec:
+  project: default
+  source: {{repoURL: "https://example.invalid/m.git", targetRevision: main, path: overlays/staging}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: my-api}}
+status:
+  sync: {{status: {sync}, revision: "{revision}"}}
+  health: {{status: {health}}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() -> anyhow::Result<()>
+{
+    let s = Scenario::start("promo-commit", &[]).await?;
+    s.apply(APPLICATION_CRD)?;
+    s.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/applications.argoproj.io",
+    ])?;
+    let git = s.ground.git()?;
+    let sfx = random_suffix();
+    let stg = format!("registry.example.com/stg-{sfx}");
+    let prd = format!("registry.example.com/prd-{sfx}");
+    let repo = format!("promo-commit-{}", s.ns.name);
+    let url = seed_manifests(
+        &s,
+        &repo,
+        &[
+            format!("{stg}/my-api:v2.0.0"),
+            format!("{stg}/my-api-worker:v2.0.0"),
+        ],
+        &[
+            format!("{prd}/my-api:v1.0.0"),
+            format!("{prd}/my-api-worker:v1.0.0"),
+        ],
+    )?;
+    let main_head = git.git(&repo, &["rev-parse", "main"])?.trim().to_string();
+    s.apply(&application(
+        &s.ns.name,
+        "OutOfSync",
+        "Progressing",
+        "0000000000000000000000000000000000000000",
+    ))?;
+
+    // Source: the staging overlay itself (from.path); mode Commit on release.
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+    branch: release
+    imageRewrite: [{{from: "{stg}/", to: "{prd}/"}}]
+  gates:
+    application: {{name: my-api-stg, namespace: {ns}}}
+    approval: true
+  mode: Commit
+  interval: 10s
+"#,
+        ns = s.ns.name
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let p = wait_policy(&s, &policies, "my-api", "ApplicationNotHealthy", |p| {
+        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ApplicationNotHealthy")
+    })
+    .await?;
+    assert!(
+        condition(&p, conditions::GATES_PASSING)
+            .is_some_and(|c| c.2.contains("OutOfSync/Progressing")),
+        "{:?}",
+        condition(&p, conditions::GATES_PASSING)
+    );
+
+    // Argo CD reports staging Synced + Healthy at main's head: now only approval is missing.
+    s.apply(&application(&s.ns.name, "Synced", "Healthy", &main_head))?;
+    let p = wait_policy(&s, &policies, "my-api", "AwaitingApproval", |p| {
+        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
+    })
+    .await?;
+    let st = p.status.clone().unwrap_or_default();
+    assert_eq!(st.gates_summary.as_deref(), Some("1/2"));
+    let id = st.candidate_id.clone().expect("candidateId");
+    assert_eq!(
+        git.commit_count(&repo, "release")?,
+        1,
+        "nothing written yet"
+    );
+
+    // A person approves exactly this candidate; the commit lands on release.
+    s.ground.kubectl(&[
+        "annotate",
+        "promotionpolicy",
+        "my-api",
+        "-n",
+        &s.ns.name,
+        &format!("imagewatch.dev/approve={id}"),
+    ])?;
+    let p = wait_policy(&s, &policies, "my-api", "Committed", |p| {
+        condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
+    })
+    .await?;
+    let st = p.status.clone().unwrap_or_default();
+    let release = git
+        .git(&repo, &["rev-parse", "release"])?
+        .trim()
+        .to_string();
+    assert_eq!(
+        st.last_promotions[0].commit.as_deref(),
+        Some(release.as_str())
+    );
+    assert!(st.last_promotions[0].pull_request.is_none());
+    assert_eq!(
+        condition(&p, conditions::PULL_REQUEST_OPEN)
+            .map(|c| c.1)
+            .as_deref(),
+        Some("NotApplicable")
+    );
+    let file = git.show(&repo, "release", PRD_FILE)?;
+    assert!(file.contains(&format!("{prd}/my-api:v2.0.0")), "{file}");
+    assert!(
+        file.contains(&format!("{prd}/my-api-worker:v2.0.0")),
+        "{file}"
+    );
+    let message = git.git(&repo, &["log", "-1", "--format=%an%n%B", "release"])?;
+    assert!(
+        message.starts_with(
+            "imagewatch\nPromote my-api:v2.0.0, my-api-worker:v2.0.0 to overlays/production"
+        ),
+        "{message}"
+    );
+
+    // Rollback: pin the previous tags. A new candidate needs a new approval.
+    s.ground.kubectl(&[
+        "patch",
+        "promotionpolicy",
+        "my-api",
+        "-n",
+        &s.ns.name,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"pin":{"my-api":"v1.0.0","my-api-worker":"v1.0.0"}}}"#,
+    ])?;
+    let p = wait_policy(&s, &policies, "my-api", "rollback awaits approval", |p| {
+        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
+            && p.status.as_ref().and_then(|st| st.candidate_id.as_deref()) != Some(id.as_str())
+    })
+    .await?;
+    let rollback_id = p
+        .status
+        .and_then(|st| st.candidate_id)
+        .expect("candidateId");
+    s.ground.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "promotionpolicy",
+        "my-api",
+        "-n",
+        &s.ns.name,
+        &format!("imagewatch.dev/approve={rollback_id}"),
+    ])?;
+    let p = wait_policy(&s, &policies, "my-api", "rolled back", |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|st| st.last_promotions.len() == 2)
+    })
+    .await?;
+    let st = p.status.unwrap_or_default();
+    assert_eq!(st.last_promotions[0].tags["my-api"], "v1.0.0");
+    assert_eq!(st.last_promotions[1].tags["my-api"], "v2.0.0");
+    assert_eq!(
+        git.show(&repo, "release", PRD_FILE)?,
+        git.show(&repo, "release~2", PRD_FILE)?,
+        "the rollback restores the file byte for byte"
+    );
+    assert_eq!(git.commit_count(&repo, "release")?, 3);
+    Ok(())
+}
+
+fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
+    let out = std::process::Command::new(repo_root().join("e2e/scripts/moto.sh"))
+        .arg("helpers")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "moto {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[tokio::test]
+async fn image_exists_asks_ecr_with_the_operators_aws_identity() -> anyhow::Result<()> {
+    let ground = imagewatch_e2e::Ground::get()?;
+    let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
+    let aws_env = vec![
+        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
+        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
+        ("AWS_REGION".to_string(), "us-east-1".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = aws_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let s = Scenario::start_with_env("promo-ecr", &["--aws-endpoint-url", &moto_url], &env).await?;
+    let sfx = random_suffix();
+    let name = format!("promo/my-api-{sfx}");
+    // Staging's account is not moto's; production's (moto's default account) is asked.
+    let stg = "111111111111.dkr.ecr.us-east-1.amazonaws.com";
+    let prd = "123456789012.dkr.ecr.us-east-1.amazonaws.com";
+    moto(&["create-repository", &name], &aws_env)?;
+    moto(&["put-image", &name, "v1.0.0"], &aws_env)?;
+    let repo = format!("promo-ecr-{}", s.ns.name);
+    let url = seed_manifests(
+        &s,
+        &repo,
+        &[format!("{stg}/{name}:v1.1.0")],
+        &[format!("{prd}/{name}:v1.0.0")],
+    )?;
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: ecr, namespace: {ns}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+    branch: release
+    imageRewrite: [{{from: "{stg}/", to: "{prd}/"}}]
+  gates: {{imageExists: true}}
+  mode: Commit
+  interval: 10s
+"#,
+        ns = s.ns.name
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let p = wait_policy(&s, &policies, "ecr", "ImageMissing in ECR", |p| {
+        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
+    })
+    .await?;
+    assert!(
+        condition(&p, conditions::GATES_PASSING)
+            .is_some_and(|c| c.2.contains(&format!("{prd}/{name}:v1.1.0"))),
+        "{:?}",
+        condition(&p, conditions::GATES_PASSING)
+    );
+    let git = s.ground.git()?;
+    assert_eq!(git.commit_count(&repo, "release")?, 1);
+
+    moto(&["put-image", &name, "v1.1.0"], &aws_env)?;
+    wait_policy(&s, &policies, "ecr", "committed once ECR has it", |p| {
+        condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
+    })
+    .await?;
+    let file = git.show(&repo, "release", PRD_FILE)?;
+    assert!(file.contains(&format!("{prd}/{name}:v1.1.0")), "{file}");
+    Ok(())
+}
