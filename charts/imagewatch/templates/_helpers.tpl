@@ -24,3 +24,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: {{ include "imagewatch.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* The registries settings document (empty when no registry is configured). */}}
+{{- define "imagewatch.registriesConfig" -}}
+{{- if .Values.registries -}}
+{{- dict "registries" .Values.registries | toYaml -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,647 @@
+//! The Helm chart with the real helm (built from the pinned Go module) and the real
+//! apiserver: lint, render with default values and with every option on, the values schema
+//! refusing bad values, a server-side dry run of everything rendered, the security settings
+//! of the pod, the env the Deployment passes being flags `imagewatch run` knows (and parses),
+//! the CRDs being exactly what the binary generates, and the release image's Dockerfile and
+//! binary.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use imagewatch_e2e::{Ground, TestNamespace, ground::random_suffix, ground::repo_root};
+use serde_json::Value;
+
+/// Values turning on every optional part of the chart.
+const ALL_VALUES: &str = r#"
+replicaCount: 3
+serviceAccount:
+  annotations:
+    eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/imagewatch
+watchNamespace: my-api
+git:
+  commitTemplate: "{{subject}}\n\n{{changes}}"
+  batchWindow: 2s
+  signingKey: {secretName: imagewatch-signing, key: signingKey}
+registry:
+  insecure: ["registry.internal:5000"]
+  timeout: 45s
+  maxTags: 500
+registries:
+  "*": {ratePerSecond: 10, burst: 20, metadataBudget: 50}
+  registry.internal:5000: {insecure: true}
+  docker.io: {ratePerSecond: 2}
+webhook:
+  enabled: true
+  secretName: my-hooks
+  distributionHost: registry.example.com
+  ingress:
+    enabled: true
+    className: nginx
+    annotations: {nginx.ingress.kubernetes.io/proxy-body-size: 1m}
+    hosts:
+      - host: imagewatch.example.com
+        paths: [{path: /hooks, pathType: Prefix}]
+    tls: [{secretName: imagewatch-tls, hosts: [imagewatch.example.com]}]
+aws: {region: ap-northeast-1, endpointUrl: "https://vpce-0123.ecr.ap-northeast-1.vpce.amazonaws.com"}
+sqs:
+  queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/imagewatch
+  defaultAccount: "123456789012"
+argocd: {namespace: gitops}
+logFormat: text
+logLevel: "info,imagewatch=debug"
+serviceMonitor: {enabled: true, labels: {release: prometheus}}
+podDisruptionBudget: {enabled: true, minAvailable: 2}
+networkPolicy:
+  enabled: true
+  metricsFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]
+  webhookFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}}]
+  egress: [{}]
+podAnnotations: {example.com/team: platform}
+podLabels: {team: platform}
+priorityClassName: ""
+extraEnv: [{name: HTTPS_PROXY, value: "http://proxy.example.com:3128"}]
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector: {matchLabels: {app.kubernetes.io/name: imagewatch}}
+"#;
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("charts/imagewatch")
+}
+
+/// Runs helm; returns (success, stdout, stderr).
+fn helm(args: &[&str]) -> anyhow::Result<(bool, String, String)> {
+    let ground = Ground::get()?;
+    let out = Command::new(ground.helm()?)
+        .args(args)
+        .output()
+        .context("running helm")?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+fn values_file(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
+    let path = dir.join(name);
+    std::fs::write(&path, text)?;
+    Ok(path.display().to_string())
+}
+
+/// `helm template` of the chart; `values` are extra `-f` files.
+fn render(release: &str, namespace: &str, values: &[&str]) -> anyhow::Result<String> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec!["template", release, &chart, "--namespace", namespace];
+    for v in values {
+        args.extend(["-f", v]);
+    }
+    let (ok, out, err) = helm(&args)?;
+    ensure!(ok, "helm template {values:?} failed:\n{err}");
+    Ok(out)
+}
+
+/// The rendered documents, as JSON values.
+fn documents(rendered: &str) -> anyhow::Result<Vec<Value>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(rendered)
+        .map_err(|e| anyhow::anyhow!("rendered chart is not YAML: {e}"))?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], k: &str) -> anyhow::Result<&'a Value> {
+    let found = kind(docs, k);
+    ensure!(found.len() == 1, "expected one {k}, found {}", found.len());
+    Ok(found[0])
+}
+
+/// The env of the operator container, name → value (`fieldRef:<path>` for Downward API).
+fn container_env(deployment: &Value) -> BTreeMap<String, String> {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let name = e["name"].as_str().unwrap_or_default().to_string();
+            let value = match e["value"].as_str() {
+                Some(v) => v.to_string(),
+                None => format!(
+                    "fieldRef:{}",
+                    e["valueFrom"]["fieldRef"]["fieldPath"]
+                        .as_str()
+                        .unwrap_or_default()
+                ),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
+/// Environment variables `imagewatch run` reads (from its `--help`).
+fn run_env_names() -> anyhow::Result<BTreeSet<String>> {
+    let out = Command::new(imagewatch_e2e::operator::binary())
+        .args(["run", "--help"])
+        .output()
+        .context("running imagewatch run --help (build with `cargo build -p imagewatch`)")?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    let names: BTreeSet<String> = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|rest| rest.split(['=', ']']).next())
+        .map(str::to_string)
+        .collect();
+    ensure!(
+        names.contains("IMAGEWATCH_WEBHOOK_ADDR"),
+        "unexpected help:\n{help}"
+    );
+    Ok(names)
+}
+
+/// Checks the pod's security settings in a rendered Deployment.
+fn assert_pod_security(deployment: &Value) {
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let sc = &pod["containers"][0]["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{sc}");
+    assert_eq!(sc["runAsNonRoot"], true, "{sc}");
+    assert_eq!(sc["privileged"], false, "{sc}");
+    assert_eq!(
+        sc["capabilities"]["drop"],
+        serde_json::json!(["ALL"]),
+        "{sc}"
+    );
+    assert!(sc["capabilities"]["add"].is_null(), "{sc}");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{sc}");
+    // A read-only root filesystem needs writable mounts for the clone cache and /tmp.
+    let mounts: Vec<&str> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert!(mounts.contains(&"/var/cache/imagewatch"), "{mounts:?}");
+    assert!(mounts.contains(&"/tmp"), "{mounts:?}");
+}
+
+#[test]
+fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
+    let chart = chart_dir().display().to_string();
+    for extra in [vec![], vec!["-f", all.as_str()]] {
+        let mut args = vec!["lint", "--strict", chart.as_str()];
+        args.extend(extra.iter().copied());
+        let (ok, out, err) = helm(&args)?;
+        assert!(ok, "helm lint {extra:?} failed:\n{out}{err}");
+        assert!(out.contains("0 chart(s) failed"), "{out}");
+    }
+    let known_env = run_env_names()?;
+
+    // Default values: the minimal install.
+    let docs = documents(&render("iw", "imagewatch-system", &[])?)?;
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]),
+        "default install"
+    );
+    let deployment = one(&docs, "Deployment")?;
+    assert_pod_security(deployment);
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    let env = container_env(deployment);
+    assert_eq!(env["POD_NAMESPACE"], "fieldRef:metadata.namespace");
+    assert_eq!(env["IMAGEWATCH_ARGOCD_NAMESPACE"], "argocd");
+    for absent in [
+        "IMAGEWATCH_WEBHOOK_ADDR",
+        "IMAGEWATCH_SQS_QUEUE_URL",
+        "IMAGEWATCH_REGISTRIES_CONFIG",
+    ] {
+        assert!(
+            !env.contains_key(absent),
+            "{absent} set by default: {env:?}"
+        );
+    }
+    let service = one(&docs, "Service")?;
+    assert_eq!(
+        service["spec"]["ports"].as_array().map(Vec::len),
+        Some(1),
+        "no webhook port by default: {service}"
+    );
+
+    // Every option on.
+    let docs = documents(&render("iw", "imagewatch-system", &[&all])?)?;
+    let deployment = one(&docs, "Deployment")?;
+    assert_pod_security(deployment);
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let env = container_env(deployment);
+    let expected = [
+        ("POD_NAMESPACE", "fieldRef:metadata.namespace"),
+        ("IMAGEWATCH_WEBHOOK_ADDR", "0.0.0.0:8081"),
+        ("IMAGEWATCH_WEBHOOK_SECRET", "my-hooks"),
+        ("IMAGEWATCH_DISTRIBUTION_HOST", "registry.example.com"),
+        (
+            "IMAGEWATCH_SQS_QUEUE_URL",
+            "https://sqs.ap-northeast-1.amazonaws.com/123456789012/imagewatch",
+        ),
+        ("IMAGEWATCH_SQS_DEFAULT_ACCOUNT", "123456789012"),
+        ("IMAGEWATCH_ARGOCD_NAMESPACE", "gitops"),
+        (
+            "IMAGEWATCH_REGISTRIES_CONFIG",
+            "/etc/imagewatch/registries/registries.yaml",
+        ),
+        ("IMAGEWATCH_NAMESPACE", "my-api"),
+        ("IMAGEWATCH_INSECURE_REGISTRIES", "registry.internal:5000"),
+        (
+            "IMAGEWATCH_SIGNING_KEY",
+            "/etc/imagewatch/signing/signingKey",
+        ),
+        ("IMAGEWATCH_BATCH_WINDOW", "2s"),
+        ("IMAGEWATCH_REGISTRY_TIMEOUT", "45s"),
+        ("IMAGEWATCH_MAX_TAGS", "500"),
+        ("IMAGEWATCH_LOG_FORMAT", "text"),
+        ("RUST_LOG", "info,imagewatch=debug"),
+        ("AWS_REGION", "ap-northeast-1"),
+        ("HTTPS_PROXY", "http://proxy.example.com:3128"),
+    ];
+    for (name, value) in expected {
+        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
+    }
+    // Every variable the chart sets for the operator is one `imagewatch run` reads.
+    let foreign = ["POD_NAME", "RUST_LOG", "AWS_REGION", "HTTPS_PROXY"];
+    for name in env.keys() {
+        assert!(
+            known_env.contains(name) || foreign.contains(&name.as_str()),
+            "the chart sets {name}, which `imagewatch run` does not read"
+        );
+    }
+    // ... and `imagewatch run` parses the values: with this env it gets past argument
+    // parsing (exit 2) and stops only because there is no cluster to talk to.
+    let cache = tmp.path().join("cache");
+    let out = Command::new(imagewatch_e2e::operator::binary())
+        .arg("run")
+        .env_clear()
+        .envs(
+            env.iter()
+                .filter(|(_, v)| !v.starts_with("fieldRef:"))
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .env("POD_NAMESPACE", "imagewatch-system")
+        .env("IMAGEWATCH_CACHE_DIR", &cache)
+        .env("IMAGEWATCH_METRICS_ADDR", "127.0.0.1:0")
+        .env("KUBECONFIG", tmp.path().join("no-such-kubeconfig"))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "imagewatch run refused the chart's env:\n{stderr}"
+    );
+    assert!(!out.status.success(), "ran without a cluster?\n{stderr}");
+
+    // The registries ConfigMap is a document the operator accepts.
+    let configmap = one(&docs, "ConfigMap")?;
+    let registries = configmap["data"]["registries.yaml"]
+        .as_str()
+        .context("no registries.yaml")?;
+    let parsed = imagewatch::registry::parse_registries_config(registries)
+        .map_err(|e| anyhow::anyhow!("operator refuses the rendered registries: {e}"))?;
+    assert!(parsed.contains_key("registry.internal:5000"), "{parsed:?}");
+    assert!(parsed.contains_key("*"), "{parsed:?}");
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"].to_string();
+    assert!(volumes.contains("iw-imagewatch-registries"), "{volumes}");
+    assert!(volumes.contains("imagewatch-signing"), "{volumes}");
+
+    // Webhook: a container port, a Service port and an Ingress for /hooks on it.
+    let service = one(&docs, "Service")?;
+    let ports = service["spec"]["ports"].to_string();
+    assert!(
+        ports.contains("\"targetPort\":\"webhook\""),
+        "service ports: {ports}"
+    );
+    let ingress = one(&docs, "Ingress")?;
+    let path = &ingress["spec"]["rules"][0]["http"]["paths"][0];
+    assert_eq!(path["path"], "/hooks");
+    assert_eq!(path["backend"]["service"]["port"]["name"], "webhook");
+    assert_eq!(path["backend"]["service"]["name"], "iw-imagewatch");
+
+    // IRSA annotation, PDB, ServiceMonitor, NetworkPolicy.
+    let sa = one(&docs, "ServiceAccount")?;
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/imagewatch"
+    );
+    assert_eq!(
+        one(&docs, "PodDisruptionBudget")?["spec"]["minAvailable"],
+        2
+    );
+    let monitor = one(&docs, "ServiceMonitor")?;
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    let policy = one(&docs, "NetworkPolicy")?;
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(2));
+
+    // The RBAC stays least-privilege: no wildcard, no write verb on anything but status,
+    // Events and Leases.
+    for role in kind(&docs, "ClusterRole")
+        .into_iter()
+        .chain(kind(&docs, "Role"))
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            let text = rule.to_string();
+            assert!(!text.contains('*'), "wildcard in {text}");
+            let writes = ["create", "update", "patch", "delete", "deletecollection"];
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let writes_something = rule["verbs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| writes.contains(&v.as_str().unwrap_or_default()));
+            if writes_something {
+                assert!(
+                    resources
+                        .iter()
+                        .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
+                    "write access beyond status, events and leases: {text}"
+                );
+            }
+            assert!(
+                !(resources.contains(&"secrets") && text.contains("\"watch\"")),
+                "{text}"
+            );
+        }
+    }
+
+    // Without Git locations from Argo CD: no Application access and no Secret listing.
+    let narrow = values_file(tmp.path(), "narrow.yaml", "rbac: {gitFromArgocd: false}")?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&narrow])?)?;
+    let rules = one(&docs, "ClusterRole")?["rules"].clone();
+    let text = rules.to_string();
+    assert!(!text.contains("argoproj.io"), "{text}");
+    let secrets = rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["resources"] == serde_json::json!(["secrets"]))
+        .context("no Secret rule")?;
+    assert_eq!(secrets["verbs"], serde_json::json!(["get"]));
+    Ok(())
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let cases = [
+        ("replicaCount: \"x\"", "replicaCount"),
+        ("replicas: 2", "replicas"),
+        ("logFormat: xml", "logFormat"),
+        ("webhook: {port: 70000}", "port"),
+        (
+            "securityContext: {allowPrivilegeEscalation: true}",
+            "allowPrivilegeEscalation",
+        ),
+        ("podSecurityContext: {runAsNonRoot: false}", "runAsNonRoot"),
+        ("sqs: {defaultAccount: \"12\"}", "defaultAccount"),
+        ("git: {batchWindow: soon}", "batchWindow"),
+        ("registries: {ghcr.io: {ratePerSecnd: 5}}", "ratePerSecnd"),
+        ("image: {pullPolicy: Sometimes}", "pullPolicy"),
+    ];
+    for (i, (values, mentions)) in cases.iter().enumerate() {
+        let file = values_file(tmp.path(), &format!("bad-{i}.yaml"), values)?;
+        let chart = chart_dir().display().to_string();
+        let (ok, _, err) = helm(&["template", "iw", &chart, "-f", &file])?;
+        assert!(!ok, "helm template accepted {values}");
+        assert!(
+            err.contains("schema") && err.contains(mentions),
+            "{values}: error does not name {mentions:?}:\n{err}"
+        );
+    }
+    Ok(())
+}
+
+/// Whether the apiserver serves `resource` (plural) of `group`.
+fn serves(ground: &Ground, group: &str, resource: &str) -> anyhow::Result<bool> {
+    let (ok, out) =
+        ground.kubectl_try(&["api-resources", "--api-group", group, "-o", "name"], None)?;
+    Ok(ok && out.lines().any(|l| l.split('.').next() == Some(resource)))
+}
+
+/// Splits rendered YAML into documents, keeping each one's text.
+fn split_documents(rendered: &str) -> Vec<String> {
+    let mut docs = vec![String::new()];
+    for line in rendered.lines() {
+        if line == "---" {
+            docs.push(String::new());
+        } else if let Some(last) = docs.last_mut() {
+            last.push_str(line);
+            last.push('\n');
+        }
+    }
+    docs.into_iter()
+        .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()> {
+    let ground = Ground::get()?;
+    ground.install_crds()?;
+    let ns = TestNamespace::create(ground, "chart").await?;
+    let tmp = tempfile::tempdir()?;
+    let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
+    let monitors = serves(ground, "monitoring.coreos.com", "servicemonitors")?;
+    let release = format!("chart-{}", random_suffix());
+    for values in [vec![], vec![all.as_str()]] {
+        let rendered = render(&release, &ns.name, &values)?;
+        let docs: Vec<String> = split_documents(&rendered)
+            .into_iter()
+            .filter(|d| monitors || !d.contains("\nkind: ServiceMonitor\n"))
+            .collect();
+        let count = docs.len();
+        let manifest = docs.join("---\n");
+        let (ok, out) = ground.kubectl_try(
+            &["apply", "--dry-run=server", "-o", "name", "-f", "-"],
+            Some(&manifest),
+        )?;
+        ensure!(
+            ok,
+            "server-side dry run refused the chart {values:?}:\n{out}"
+        );
+        assert_eq!(out.lines().count(), count, "{out}");
+    }
+    Ok(())
+}
+
+#[test]
+fn the_chart_crds_are_the_generated_ones() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let out = Command::new(imagewatch_e2e::operator::binary())
+        .args(["crds", "--out-dir"])
+        .arg(tmp.path())
+        .output()
+        .context("running imagewatch crds (build with `cargo build -p imagewatch`)")?;
+    ensure!(
+        out.status.success(),
+        "imagewatch crds: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names = |dir: &Path| -> anyhow::Result<BTreeSet<String>> {
+        Ok(std::fs::read_dir(dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect())
+    };
+    let chart_crds = chart_dir().join("crds");
+    assert_eq!(names(&chart_crds)?, names(tmp.path())?);
+    for name in names(tmp.path())? {
+        let generated = std::fs::read(tmp.path().join(&name))?;
+        let committed = std::fs::read(chart_crds.join(&name))?;
+        assert!(
+            generated == committed,
+            "charts/imagewatch/crds/{name} differs from `imagewatch crds` output: run `just generate`"
+        );
+    }
+    Ok(())
+}
+
+/// The binary the release image ships, as its Dockerfile builds and copies it.
+#[test]
+fn the_release_image_ships_the_release_binary() -> anyhow::Result<()> {
+    let dockerfile = std::fs::read_to_string(repo_root().join("operator/Dockerfile"))?;
+    let lines: Vec<&str> = dockerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let froms: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert_eq!(froms.len(), 2, "multi-stage: {froms:?}");
+    assert_eq!(froms[0], "FROM rust:1-bookworm AS builder");
+    let runtime = froms[1].trim_start_matches("FROM ").to_string();
+    assert!(
+        runtime.starts_with("debian:bookworm-slim") || runtime.starts_with("gcr.io/distroless/"),
+        "runtime image {runtime}"
+    );
+    let builder_workdir = lines
+        .iter()
+        .take_while(|l| !l.starts_with(&format!("FROM {runtime}")))
+        .filter_map(|l| l.strip_prefix("WORKDIR "))
+        .last()
+        .context("no WORKDIR in the builder stage")?;
+    assert!(
+        dockerfile.contains("cargo build --release --locked -p imagewatch"),
+        "the builder runs the release build"
+    );
+    let copy = lines
+        .iter()
+        .find(|l| l.starts_with("COPY --from=builder "))
+        .context("no COPY --from=builder")?;
+    let parts: Vec<&str> = copy.split_whitespace().collect();
+    assert_eq!(parts.len(), 4, "{copy}");
+    let (source, dest) = (parts[2], parts[3]);
+    assert_eq!(dest, "/imagewatch");
+    let relative = source
+        .strip_prefix(builder_workdir)
+        .map(|s| s.trim_start_matches('/'))
+        .context("COPY source outside the builder's WORKDIR")?;
+    assert_eq!(relative, "target/release/imagewatch");
+    let user = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("USER "))
+        .next_back()
+        .context("no USER")?;
+    assert!(user == "65532" || user.starts_with("65532:"), "USER {user}");
+    assert_eq!(
+        lines.iter().rfind(|l| l.starts_with("ENTRYPOINT ")),
+        Some(&"ENTRYPOINT [\"/imagewatch\"]")
+    );
+
+    // The same binary here: target/release/imagewatch, built once when absent.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let binary = target.join(relative.trim_start_matches("target/"));
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "--locked", "-p", "imagewatch"])
+            .current_dir(repo_root())
+            .status()
+            .context("cargo build --release")?;
+        ensure!(status.success(), "cargo build --release failed");
+    }
+    let out = Command::new(&binary).arg("--version").output()?;
+    ensure!(
+        out.status.success(),
+        "{} --version failed",
+        binary.display()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("imagewatch {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // Every shared library it links is one the runtime stage provides.
+    let ldd = Command::new("ldd").arg(&binary).output()?;
+    let provided = [
+        "linux-vdso.so",
+        "libssl.so.3",
+        "libcrypto.so.3",
+        "libz.so.1",
+        "libgcc_s.so.1",
+        "libm.so.6",
+        "libc.so.6",
+        "ld-linux",
+    ];
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let lib = line.split_whitespace().next().unwrap_or_default();
+        let lib = lib.rsplit('/').next().unwrap_or_default();
+        if !provided.iter().any(|p| lib.starts_with(p)) {
+            bail!("the release binary links {lib}, which the runtime image may not have");
+        }
+    }
+    for package in ["libssl3", "zlib1g", "ca-certificates"] {
+        assert!(
+            dockerfile.contains(package),
+            "the runtime stage installs {package}"
+        );
+    }
+    Ok(())
+}
