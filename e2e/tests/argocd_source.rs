@@ -138,6 +138,7 @@ kind: ImageWatch
 metadata: {{name: orphan, namespace: {ns}}}
 spec:
   image: {host}/{image_repo}
+  credentials: {{secretRef: {{name: regcred}}}}
   target:
     workload: {{path: overlays/stg, kind: Deployment, name: my-api-canary, container: my-api}}
 "#,

@@ -89,6 +89,7 @@ fn writer(
         email: "imagewatch@e2e.invalid".into(),
     });
     options.batch_window = window;
+    options.batch_quiet = window;
     options.hook = hook;
     GitWriter::with_options(cache, options, Arc::new(Metrics::new()))
 }

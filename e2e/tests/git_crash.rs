@@ -18,7 +18,7 @@ const DIR: &str = "apps/my-api/overlays/stg";
 
 async fn crash_then_restart(point: &str) -> anyhow::Result<()> {
     // A window long enough that both watches' first intents share one batch.
-    let window = ["--batch-window", "5s"];
+    let window = ["--batch-window", "5s", "--batch-quiet", "5s"];
     let mut sc =
         Scenario::start_with_env("crash", &window, &[("IMAGEWATCH_TEST_CRASH_POINT", point)])
             .await?;
@@ -92,6 +92,8 @@ async fn crash_then_restart(point: &str) -> anyhow::Result<()> {
             &sc.ns.name,
             window[0],
             window[1],
+            window[2],
+            window[3],
         ],
     )?;
     let canary = sc.wait_applied("my-api-canary", "canary-v1.2.4").await?;

@@ -414,7 +414,7 @@ fn main() {
         format!("{} ({} per edit)", secs(batch), secs(batch / edits as u32)),
     ));
     rows.push((
-        format!("imagewatch: {edits} concurrent `apply` calls, end to end (incl. 500 ms window and fetch)"),
+        format!("imagewatch: {edits} concurrent `apply` calls, end to end (incl. batching wait and fetch)"),
         secs(total),
     ));
 

@@ -282,14 +282,19 @@ impl Prepared<'_> {
         }
     }
 
-    /// The write intent that sets this watch's target to `image`.
+    /// The write intent that sets this watch's target to `image`, at `git` (resolved here
+    /// when not given).
     async fn write_request(
         &self,
         ctx: &Context,
         image: String,
+        git: Option<GitLocation>,
     ) -> Result<WriteRequest, ReconcileError> {
         let watch = self.watch;
-        let git = resolve_git(watch, ctx).await?;
+        let git = match git {
+            Some(git) => git,
+            None => resolve_git(watch, ctx).await?,
+        };
         Ok(WriteRequest {
             url: git.url,
             branch: git.branch,
@@ -310,6 +315,9 @@ impl Prepared<'_> {
 
 /// Steps 1–4.
 async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+    // Where to write first: a missing or wrong Git location is reported before any registry
+    // verdict.
+    let git = resolve_git(watch, ctx).await?;
     let me = prepare(watch, ctx).await?;
     let spec = &watch.spec;
 
@@ -336,7 +344,9 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, R
     };
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
-    let mine = me.write_request(ctx, me.image_for(&tag, &digest)).await?;
+    let mine = me
+        .write_request(ctx, me.image_for(&tag, &digest), Some(git))
+        .await?;
     let write = match &group {
         Some(g) if !g.others.is_empty() => {
             let mut requests = vec![mine];
@@ -445,7 +455,10 @@ async fn group_choice(
                 p.watch.name_any()
             ))
         })?;
-        requests.push(p.write_request(ctx, p.image_for(&tag, &digest)).await?);
+        requests.push(
+            p.write_request(ctx, p.image_for(&tag, &digest), None)
+                .await?,
+        );
     }
     Ok(GroupChoice {
         tag,

@@ -232,9 +232,11 @@ pub fn author() -> Author {
     }
 }
 
-/// Options with a short window (tests submit everything at once).
+/// Options with a short window (tests submit everything at once); the batch stays open for
+/// the whole window, so what a test submits together is one batch however slow the machine.
 pub fn options(window: Duration) -> WriterOptions {
     let mut o = WriterOptions::new(author());
     o.batch_window = window;
+    o.batch_quiet = window;
     o
 }
