@@ -16,3 +16,5 @@ eval "$("$SCRIPTS_DIR/testground.sh" up)"
 trap '"$SCRIPTS_DIR/testground.sh" down >/dev/null || true' EXIT
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -m)"
 IMAGEWATCH_BIN="$REPO/target/release/imagewatch" cargo run -q -p imagewatch-e2e --example push_to_commit
+# Git write-back: 100 edits in one batch on a large repository vs a shallow clone per change.
+cargo bench -p imagewatch --bench git_batch
