@@ -321,7 +321,8 @@ async fn reconcile(
     let policy = match &guard.0 {
         Ok(policy) => policy,
         Err(invalid) => {
-            report_undeserializable(&shared, invalid).await?;
+            super::status::report_invalid_object::<PromotionPolicy>(&shared.ctx.client, invalid)
+                .await?;
             return Ok(Action::await_change());
         }
     };
@@ -1647,44 +1648,6 @@ async fn publish_events(
             .await
     {
         tracing::warn!(error = %e, "cannot publish Event");
-    }
-}
-
-async fn report_undeserializable(
-    shared: &Shared,
-    invalid: &kube::core::error_boundary::InvalidObject,
-) -> Result<(), PromotionError> {
-    let (Some(name), Some(namespace)) = (
-        invalid.metadata.name.clone(),
-        invalid.metadata.namespace.clone(),
-    ) else {
-        return Ok(());
-    };
-    let now = Time(jiff::Timestamp::now());
-    let condition = conditions::ready_condition(
-        false,
-        common_reason::INVALID_SPEC,
-        &format!(
-            "the object does not match the PromotionPolicy schema: {}",
-            invalid.error
-        ),
-        invalid.metadata.generation,
-        &now,
-    );
-    let api: Api<PromotionPolicy> = Api::namespaced(shared.ctx.client.clone(), &namespace);
-    let patch = json!({
-        "apiVersion": "imagewatch.dev/v1alpha1",
-        "kind": "PromotionPolicy",
-        "status": { "observedGeneration": invalid.metadata.generation, "conditions": [condition] },
-    });
-    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
-    match api
-        .patch_status(&name, &params, &Patch::Apply(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
 

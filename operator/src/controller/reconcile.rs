@@ -59,7 +59,7 @@ pub async fn reconcile(
         Err(invalid) => {
             // The object does not match our types (e.g. written by a newer or older version):
             // say so on its status and wait for it to change.
-            report_undeserializable(&ctx, invalid).await?;
+            status::report_invalid_object::<ImageWatch>(&ctx.client, invalid).await?;
             return Ok(Action::await_change());
         }
     };
@@ -776,43 +776,5 @@ async fn publish_events(
             .await
     {
         tracing::warn!(error = %e, "cannot publish Event");
-    }
-}
-
-async fn report_undeserializable(
-    ctx: &Context,
-    invalid: &kube::core::error_boundary::InvalidObject,
-) -> Result<(), ReconcileError> {
-    let (Some(name), Some(namespace)) = (
-        invalid.metadata.name.clone(),
-        invalid.metadata.namespace.clone(),
-    ) else {
-        return Ok(());
-    };
-    let now = Time(jiff::Timestamp::now());
-    let condition = status::ready_condition(
-        false,
-        reason::INVALID_SPEC,
-        &format!(
-            "the object does not match the ImageWatch schema: {}",
-            invalid.error
-        ),
-        invalid.metadata.generation,
-        &now,
-    );
-    let api: Api<ImageWatch> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = json!({
-        "apiVersion": "imagewatch.dev/v1alpha1",
-        "kind": "ImageWatch",
-        "status": { "observedGeneration": invalid.metadata.generation, "conditions": [condition] },
-    });
-    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
-    match api
-        .patch_status(&name, &params, &Patch::Apply(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
     }
 }
