@@ -99,8 +99,10 @@ pub struct RunArgs {
         value_parser = parse_commit_template
     )]
     pub commit_template: crate::controller::writer::CommitTemplate,
-    /// Sign commits with this SSH private key (OpenSSH format, unencrypted), as git does with
-    /// `gpg.format = ssh`. GPG keys are not supported.
+    /// Sign commits with this key file, told apart by its content: an OpenSSH private key
+    /// (SSH signatures, as git makes with `gpg.format = ssh`) or an ASCII-armored OpenPGP
+    /// secret key (`-----BEGIN PGP PRIVATE KEY BLOCK-----`; OpenPGP signatures, as git makes
+    /// with gpg). The key must not have a passphrase.
     #[arg(long, env = "IMAGEWATCH_SIGNING_KEY")]
     pub signing_key: Option<PathBuf>,
     /// Test hook: abort the process at this point of a git write (after-fetch, after-commit,

@@ -87,6 +87,43 @@ pub struct ForgeLabels {
     pub outcome: String,
 }
 
+/// Labels of one shard.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardLabels {
+    /// Shard number.
+    pub shard: String,
+}
+
+/// Labels of a shard ownership change.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShardTransitionLabels {
+    /// `acquired`, `released` or `lost`.
+    pub transition: String,
+}
+
+/// A bare outcome label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok` or what went wrong.
+    pub outcome: String,
+}
+
+/// Labels of an internal queue.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// `events` (registry events to route) or `reconciles` (watches woken by events).
+    pub queue: String,
+}
+
+/// Labels of a credential refresh (a short-lived token obtained from its issuer).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CredentialLabels {
+    /// What issued it: `github-app` (a GitHub App installation token).
+    pub kind: String,
+    /// `ok` or an error category (`unauthorized`, `not_found`, `rate_limited`, `network`, …).
+    pub outcome: String,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -110,6 +147,18 @@ pub struct Metrics {
     pub promotions: Family<PromotionLabels, Counter>,
     /// Forge API requests by provider and outcome.
     pub forge_requests: Family<ForgeLabels, Counter>,
+    /// Credential refreshes (tokens obtained from their issuer) by kind and outcome.
+    pub credential_refreshes: Family<CredentialLabels, Counter>,
+    /// Shards this replica holds (HA sharding).
+    pub shards_held: Gauge,
+    /// 1 for each shard this replica holds, 0 for the others.
+    pub shard_owned: Family<ShardLabels, Gauge>,
+    /// Shard ownership changes.
+    pub shard_transitions: Family<ShardTransitionLabels, Counter>,
+    /// Registry events forwarded to peer replicas, by outcome.
+    pub peer_forwards: Family<OutcomeLabels, Counter>,
+    /// Items waiting in internal queues.
+    pub queue_depth: Family<QueueLabels, Gauge>,
     ready: AtomicBool,
 }
 
@@ -172,6 +221,42 @@ impl Metrics {
             "Forge (pull request API) requests by provider and outcome",
             forge_requests.clone(),
         );
+        let credential_refreshes = Family::<CredentialLabels, Counter>::default();
+        registry.register(
+            "credential_refreshes",
+            "Credential refreshes (tokens obtained from their issuer) by kind and outcome",
+            credential_refreshes.clone(),
+        );
+        let shards_held = Gauge::default();
+        registry.register(
+            "shards_held",
+            "Shards (Git repository groups) this replica holds",
+            shards_held.clone(),
+        );
+        let shard_owned = Family::<ShardLabels, Gauge>::default();
+        registry.register(
+            "shard_owned",
+            "1 when this replica holds the shard",
+            shard_owned.clone(),
+        );
+        let shard_transitions = Family::<ShardTransitionLabels, Counter>::default();
+        registry.register(
+            "shard_transitions",
+            "Shard ownership changes (acquired, released, lost)",
+            shard_transitions.clone(),
+        );
+        let peer_forwards = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "peer_forwards",
+            "Registry events forwarded to peer replicas, by outcome",
+            peer_forwards.clone(),
+        );
+        let queue_depth = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "queue_depth",
+            "Items waiting in internal queues",
+            queue_depth.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -184,6 +269,12 @@ impl Metrics {
             watches,
             promotions,
             forge_requests,
+            credential_refreshes,
+            shards_held,
+            shard_owned,
+            shard_transitions,
+            peer_forwards,
+            queue_depth,
             ready: AtomicBool::new(false),
         }
     }

@@ -300,7 +300,7 @@ async fn commits_are_signed_with_an_ssh_key() {
     assert!(status.success());
     let signer = SshSigner::from_file(&key).unwrap();
     let mut o = options(Duration::from_millis(50));
-    o.signer = Some(signer.clone());
+    o.signer = Some(signer.clone().into());
     let writer = fx.writer(o);
     let r = writer.apply(fx.request(&single(0), "2.0.0")).await.unwrap();
     let commit = r.commit.unwrap();

@@ -38,10 +38,7 @@ use imagewatch_crd::{
         APPROVE_ANNOTATION, PromotedImage, Promotion, PromotionMode, PullRequestRef, reason,
     },
 };
-use k8s_openapi::{
-    api::core::v1::Secret,
-    apimachinery::pkg::apis::meta::v1::{Condition, Time},
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
@@ -561,7 +558,7 @@ async fn resolve_location(
         }
     };
     let auth = match secret {
-        Some(name) => secrets::git_credentials(client, &namespace, &name).await?,
+        Some(name) => secrets::git_credentials(&shared.ctx, &namespace, &name).await?,
         None => GitAuth::Anonymous,
     };
     let watch_branch = watches
@@ -1117,30 +1114,7 @@ async fn forge_client(
     let token = match &settings.secret_ref {
         Some(secret) => {
             let namespace = policy.namespace().unwrap_or_default();
-            let api: Api<Secret> = Api::namespaced(shared.ctx.client.clone(), &namespace);
-            let data = api
-                .get_opt(&secret.name)
-                .await?
-                .ok_or_else(|| {
-                    PromotionError::CredentialsNotFound(format!(
-                        "forge Secret {namespace}/{} not found",
-                        secret.name
-                    ))
-                })?
-                .data
-                .unwrap_or_default();
-            let token = data
-                .get("token")
-                .and_then(|v| String::from_utf8(v.0.clone()).ok())
-                .map(|t| t.trim().to_string())
-                .filter(|t| !t.is_empty())
-                .ok_or_else(|| {
-                    PromotionError::CredentialsNotFound(format!(
-                        "forge Secret {namespace}/{} has no key token",
-                        secret.name
-                    ))
-                })?;
-            Some(token)
+            Some(secrets::forge_token(&shared.ctx, &namespace, &secret.name).await?)
         }
         None => None,
     };

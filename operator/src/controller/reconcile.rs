@@ -533,7 +533,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
     let namespace = watch.namespace().unwrap_or_default();
     if let Some(git) = &watch.spec.git {
         let auth = match &git.secret_ref {
-            Some(secret) => secrets::git_credentials(&ctx.client, &namespace, &secret.name).await?,
+            Some(secret) => secrets::git_credentials(ctx, &namespace, &secret.name).await?,
             None => crate::git::GitAuth::Anonymous,
         };
         return Ok(GitLocation {
@@ -553,7 +553,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
     )
     .await?;
     let auth = match secret {
-        Some(name) => secrets::git_credentials(&ctx.client, &namespace, &name).await?,
+        Some(name) => secrets::git_credentials(ctx, &namespace, &name).await?,
         None => crate::git::GitAuth::Anonymous,
     };
     Ok(GitLocation {

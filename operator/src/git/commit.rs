@@ -15,7 +15,7 @@ use git2::{ObjectType, Oid, Signature, Tree};
 
 use super::error::{GitError, Result};
 use super::repo::{Repo, is_regular_file, validate_branch};
-use super::sign::SshSigner;
+use super::sign::CommitSigner;
 
 const MODE_FILE: i32 = 0o100644;
 const MODE_TREE: i32 = 0o040000;
@@ -82,7 +82,20 @@ impl Repo {
         edits: &[FileEdit],
         message: &str,
         author: &Author,
-        signer: Option<&SshSigner>,
+        signer: Option<&CommitSigner>,
+    ) -> Result<Option<Oid>> {
+        self.write_commit(branch, parent, edits, message, author, signer)
+            .map_err(|e| self.cache_error(e))
+    }
+
+    fn write_commit(
+        &self,
+        branch: &str,
+        parent: Oid,
+        edits: &[FileEdit],
+        message: &str,
+        author: &Author,
+        signer: Option<&CommitSigner>,
     ) -> Result<Option<Oid>> {
         validate_branch(branch)?;
         let parent_commit = self

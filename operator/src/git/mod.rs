@@ -22,8 +22,8 @@
 //! * [`write_with_retry`] ties these together: fetch, let the caller compute
 //!   edits against the fresh head, commit, push, and start over on a fresh
 //!   head when another writer won the race.
-//! * [`Repo::commit_edits_signed`] signs commits with an SSH key
-//!   ([`SshSigner`]); [`Repo::push_with`] can force-push a private push
+//! * [`Repo::commit_edits_signed`] signs commits with an SSH or OpenPGP key
+//!   ([`CommitSigner`]); [`Repo::push_with`] can force-push a private push
 //!   branch under a lease, after [`Repo::check_push_branch`] confirmed that
 //!   it holds only our commit (`branch.rs` documents the rule).
 //!
@@ -35,6 +35,7 @@ mod auth;
 mod branch;
 mod commit;
 mod error;
+pub mod github_app;
 mod known_hosts;
 mod push;
 mod repo;
@@ -48,7 +49,7 @@ pub use commit::{Author, FileEdit};
 pub use error::{GitError, Result};
 pub use push::{PushMode, PushOutcome};
 pub use repo::{Repo, RepoCache};
-pub use sign::{SigningKeyError, SshSigner};
+pub use sign::{CommitSigner, PgpSigner, SigningKeyError, SshSigner};
 pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry};
 
 /// Commit ids are libgit2's object ids; re-exported so callers need no

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     controller::ReconcileError,
-    git::{Author, FileEdit, GitError, PushMode, Repo, RepoCache, SshSigner, WritePoint},
+    git::{Author, CommitSigner, FileEdit, GitError, PushMode, Repo, RepoCache, WritePoint},
     manifests::{self, ImageChange, ReadScope},
 };
 
@@ -31,7 +31,7 @@ use super::{
 /// How a batch commits.
 pub(super) struct BatchConfig<'a> {
     pub author: &'a Author,
-    pub signer: Option<&'a SshSigner>,
+    pub signer: Option<&'a CommitSigner>,
     pub attempts: u32,
     pub template: &'a CommitTemplate,
     /// Called at each [`WritePoint`] (test hooks).

@@ -47,7 +47,7 @@ pub use message::{
 
 use super::ReconcileError;
 use crate::{
-    git::{Author, GitAuth, RepoCache, SigningKeyError, SshSigner, WritePoint},
+    git::{Author, CommitSigner, GitAuth, RepoCache, SigningKeyError, WritePoint},
     manifests::{ImageChange, TargetSpec},
     telemetry::{Metrics, PushLabels},
 };
@@ -119,7 +119,7 @@ pub struct WriterOptions {
     /// Commit message template.
     pub commit_template: CommitTemplate,
     /// Signs commits when set.
-    pub signer: Option<SshSigner>,
+    pub signer: Option<CommitSigner>,
     /// Test hook: abort the process at this point of a write.
     pub crash_point: Option<WritePoint>,
     /// Test hook: called at each point of a write.
@@ -164,8 +164,8 @@ impl WriterOptions {
     pub fn from_run_args(args: &crate::cli::RunArgs) -> Result<Self, SigningKeyError> {
         let signer = match &args.signing_key {
             Some(path) => {
-                let signer = SshSigner::from_file(path)?;
-                tracing::info!(public_key = %signer.public_key(), "signing commits with an SSH key");
+                let signer = CommitSigner::from_file(path)?;
+                tracing::info!(format = signer.format(), key = %signer.key_id(), "signing commits");
                 Some(signer)
             }
             None => None,
