@@ -28,6 +28,9 @@ pub mod reason {
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     /// Cloning, fetching, committing or pushing failed.
     pub const GIT_ERROR: &str = "GitError";
+    /// The operator's clone cache has no space (or quota) left: nothing was committed; the
+    /// message names the directory. Retried until space is freed.
+    pub const CACHE_FULL: &str = "CacheFull";
     /// `spec.suspend` is true: nothing is written.
     pub const SUSPENDED: &str = "Suspended";
     /// The pinned tag does not exist in the registry.

@@ -8,6 +8,10 @@
 #                           last stdout line is `export KUBECONFIG=...`
 #   controlplane.sh down    stop both and verify no process is left
 #   controlplane.sh env     print the export line
+#   controlplane.sh stop-apiserver     stop kube-apiserver only (etcd and its data stay)
+#   controlplane.sh start-apiserver    start it again with the same flags, port and certs;
+#                                      returns once /readyz answers ok
+#   controlplane.sh restart-apiserver  both (fault tests: clients' watches must resume)
 #
 # There is no kube-controller-manager, scheduler or kubelet. Consequences the
 # tests must live with:
@@ -172,6 +176,17 @@ healthy() {
 
 print_env() { echo "export KUBECONFIG=$KUBECONFIG_FILE"; }
 
+# port_listening PORT: true when something accepts connections on 127.0.0.1:PORT.
+port_listening() {
+  "$PYTHON" - "$1" <<'EOF'
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()
+except OSError:
+    sys.exit(1)
+EOF
+}
+
 # --- commands ----------------------------------------------------------------
 
 cmd_up() {
@@ -209,6 +224,30 @@ cmd_up() {
     --log-level=warn
   wait_for etcd "$LOGS/etcd.log" 60 etcd_healthy
 
+  start_apiserver "$ecp" "$ap"
+  write_kubeconfig "$ap"
+
+  # No controller-manager: create the default ServiceAccount ourselves
+  # (201 created, 409 already there; retried while namespace `default` is
+  # still being bootstrapped).
+  local deadline=$((SECONDS + 60)) code
+  while :; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+      --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+      -X POST -H 'Content-Type: application/json' \
+      -d '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
+      "https://127.0.0.1:$ap/api/v1/namespaces/default/serviceaccounts" || true)
+    [[ $code == 201 || $code == 409 ]] && break
+    ((SECONDS < deadline)) || fail_start kube-apiserver "$LOGS/kube-apiserver.log" "cannot create default ServiceAccount (HTTP $code)"
+    sleep 0.2
+  done
+  log "ready"
+  print_env
+}
+
+# start_apiserver ETCD_CLIENT_PORT PORT: start kube-apiserver and wait for /readyz.
+start_apiserver() {
+  local ecp=$1 ap=$2
   local issuer=https://kubernetes.default.svc.cluster.local
   log "starting kube-apiserver (https://127.0.0.1:$ap)"
   start_bg kube-apiserver "$LOGS/kube-apiserver.log" "$BIN/kube-apiserver" \
@@ -231,24 +270,6 @@ cmd_up() {
     --cert-dir="$DIR/apiserver-certs" \
     --profiling=false
   wait_for kube-apiserver "$LOGS/kube-apiserver.log" 180 apiserver_ready
-  write_kubeconfig "$ap"
-
-  # No controller-manager: create the default ServiceAccount ourselves
-  # (201 created, 409 already there; retried while namespace `default` is
-  # still being bootstrapped).
-  local deadline=$((SECONDS + 60)) code
-  while :; do
-    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
-      --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-      -X POST -H 'Content-Type: application/json' \
-      -d '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default"}}' \
-      "https://127.0.0.1:$ap/api/v1/namespaces/default/serviceaccounts" || true)
-    [[ $code == 201 || $code == 409 ]] && break
-    ((SECONDS < deadline)) || fail_start kube-apiserver "$LOGS/kube-apiserver.log" "cannot create default ServiceAccount (HTTP $code)"
-    sleep 0.2
-  done
-  log "ready"
-  print_env
 }
 
 cmd_down() {
@@ -262,6 +283,38 @@ cmd_down() {
 
 on_fail() { cmd_down; }
 
+cmd_stop_apiserver() {
+  [[ -s $DIR/apiserver.port ]] || die "not up (no $DIR/apiserver.port)"
+  stop_bg kube-apiserver
+  assert_gone kube-apiserver "--tls-cert-file=$PKI/apiserver.crt"
+}
+
+# Same flags, port and certificates as `up`, so kubeconfigs and tokens stay valid. A failed
+# start must not take etcd (and every object) down with it: no on_fail here.
+cmd_start_apiserver() {
+  [[ -s $DIR/apiserver.port && -s $DIR/etcd-client.port ]] || die "not up (no port files in $DIR)"
+  if ! is_running etcd || ! etcd_healthy; then
+    die "etcd is not running; use \`up\`"
+  fi
+  if is_running kube-apiserver && apiserver_ready; then
+    return 0
+  fi
+  on_fail() { :; }
+  local ap t0=$SECONDS
+  ap=$(<"$DIR/apiserver.port")
+  # Nobody may listen on the port any more (connections of the old process may linger in
+  # TIME_WAIT; kube-apiserver binds with SO_REUSEADDR, so those do not matter).
+  local deadline=$((SECONDS + 30))
+  while port_listening "$ap"; do
+    ((SECONDS < deadline)) || die "port $ap is still in use"
+    sleep 0.2
+  done
+  # The log of the previous run is kept next to the new one.
+  [[ -s $LOGS/kube-apiserver.log ]] && mv -f "$LOGS/kube-apiserver.log" "$LOGS/kube-apiserver.previous.log"
+  start_apiserver "$(<"$DIR/etcd-client.port")" "$ap"
+  log "kube-apiserver ready again after $((SECONDS - t0))s"
+}
+
 cmd_env() {
   [[ -s $KUBECONFIG_FILE ]] || die "not up (no $KUBECONFIG_FILE)"
   print_env
@@ -272,5 +325,8 @@ build) cmd_build ;;
 up) cmd_up ;;
 down) cmd_down ;;
 env) cmd_env ;;
-*) echo "usage: $0 build|up|down|env" >&2; exit 2 ;;
+stop-apiserver) cmd_stop_apiserver ;;
+start-apiserver) cmd_start_apiserver ;;
+restart-apiserver) cmd_stop_apiserver && cmd_start_apiserver ;;
+*) echo "usage: $0 build|up|down|env|stop-apiserver|start-apiserver|restart-apiserver" >&2; exit 2 ;;
 esac

@@ -7,10 +7,15 @@
 //! Everything a test starts itself (namespaces, repositories, the operator) is stopped or
 //! deleted when its handle drops, also when the test fails.
 
+pub mod bench;
+pub mod disk;
+pub mod faultproxy;
 pub mod ground;
 pub mod notifying;
+pub mod oci_push;
 pub mod operator;
 pub mod setup;
+pub mod token_registry;
 pub mod wait;
 
 pub use ground::{GitServer, Ground, Registry, TestNamespace};

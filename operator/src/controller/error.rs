@@ -49,6 +49,8 @@ impl ReconcileError {
             Self::PinnedTagNotFound(_) => reason::PINNED_TAG_NOT_FOUND,
             Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
             Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
+            Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
+            Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
         }
@@ -64,6 +66,8 @@ impl ReconcileError {
             Self::PinnedTagNotFound(_) => "pinned_tag_not_found",
             Self::TargetNotFound(_) => "target_not_found",
             Self::WaitingForGroup(_) => "waiting_for_group",
+            Self::CatalogUnavailable(_) => "catalog_unavailable",
+            Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
             Self::Git(_) => "git",
             Self::Kube(_) => "kube",
             Self::Internal(_) => "internal",
@@ -74,6 +78,32 @@ impl ReconcileError {
     /// the object is looked at again when it changes, and at its polling interval (the registry
     /// or Git may change under it).
     pub fn is_stalled(&self) -> bool {
-        matches!(self, Self::InvalidSpec(_) | Self::TargetNotFound(_))
+        matches!(
+            self,
+            Self::InvalidSpec(_) | Self::TargetNotFound(_) | Self::CatalogUnavailable(_)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::GitError;
+
+    #[test]
+    fn a_full_clone_cache_has_its_own_reason_and_is_retried() {
+        let full = ReconcileError::Git(GitError::CacheFull {
+            path: "/var/cache/imagewatch/git".into(),
+            message: "No space left on device".into(),
+        });
+        assert_eq!(full.reason(), reason::CACHE_FULL);
+        assert_eq!(full.category(), "cache_full");
+        assert!(!full.is_stalled());
+        assert!(full.to_string().contains("/var/cache/imagewatch/git"));
+        let other = ReconcileError::Git(GitError::InvalidBranch {
+            branch: "x y".into(),
+        });
+        assert_eq!(other.reason(), reason::GIT_ERROR);
+        assert_eq!(other.category(), "git");
     }
 }

@@ -7,7 +7,7 @@
 //! trouble) and gives each a stable [`GitError::category`] for metrics and
 //! status conditions.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use git2::{ErrorClass, ErrorCode, Oid};
 
@@ -79,6 +79,21 @@ pub enum GitError {
     #[error("invalid edit of {path:?}: {reason}")]
     InvalidEdit { path: String, reason: String },
 
+    /// The filesystem of the clone cache is full (ENOSPC) or over its quota (EDQUOT): a
+    /// clone, fetch, commit or ref update could not write. Nothing was pushed; freeing space
+    /// there (or giving the cache a larger volume) lets the next attempt succeed.
+    #[error(
+        "clone cache {} has no space left: {message} (free space on that volume or move \
+         the cache directory to a larger one)",
+        path.display()
+    )]
+    CacheFull {
+        /// The cache directory that ran out of space.
+        path: PathBuf,
+        /// What failed to be written, as the system reported it.
+        message: String,
+    },
+
     /// Local filesystem trouble in the clone cache.
     #[error("git cache directory {}: {source}", path.display())]
     Io {
@@ -126,7 +141,7 @@ pub enum GitError {
 impl GitError {
     /// Stable, low-cardinality label for metrics and status reasons: one of
     /// `auth`, `unknown_host_key`, `push_rejected`, `push_branch_not_ours`,
-    /// `not_found`, `network`, `other`.
+    /// `not_found`, `network`, `cache_full`, `other`.
     pub fn category(&self) -> &'static str {
         match self {
             GitError::AuthFailed { .. } => "auth",
@@ -139,6 +154,7 @@ impl GitError {
             | GitError::BranchNotFound { .. }
             | GitError::PathNotFound { .. } => "not_found",
             GitError::Network { .. } => "network",
+            GitError::CacheFull { .. } => "cache_full",
             GitError::InvalidUrl { .. }
             | GitError::InvalidBranch { .. }
             | GitError::InvalidEdit { .. }
@@ -150,12 +166,53 @@ impl GitError {
     }
 
     /// Whether trying again later, without any change of configuration, may
-    /// succeed. Auth, host key and not-found problems need a human.
+    /// succeed. Auth, host key and not-found problems need a human. A full cache is
+    /// retried: space is often freed without any change to the operator's configuration.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            GitError::Network { .. } | GitError::PushRejected { .. } | GitError::Io { .. }
+            GitError::Network { .. }
+                | GitError::PushRejected { .. }
+                | GitError::Io { .. }
+                | GitError::CacheFull { .. }
         )
+    }
+
+    /// Whether this failure is the local filesystem running out of space or quota while
+    /// writing to the clone cache.
+    ///
+    /// I/O errors are judged by their OS error; libgit2 failures by class and message: it
+    /// reports failed system calls with class `Os` and appends `strerror(errno)`. Text from
+    /// the remote (a server whose own disk is full) arrives with other classes or as a push
+    /// rejection, and is not ours to free.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            GitError::CacheFull { .. } => true,
+            GitError::Io { source, .. } => io_out_of_space(source),
+            GitError::Network { source, .. } | GitError::Git { source, .. } => {
+                source.class() == ErrorClass::Os && message_out_of_space(source.message())
+            }
+            _ => false,
+        }
+    }
+
+    /// This error as seen from the clone cache at `dir`: an out-of-space failure becomes
+    /// [`GitError::CacheFull`] naming `dir`; anything else is returned unchanged.
+    pub fn in_cache(self, dir: &Path) -> GitError {
+        if matches!(self, GitError::CacheFull { .. }) || !self.is_out_of_space() {
+            return self;
+        }
+        let message = match &self {
+            GitError::Io { path, source } => format!("{}: {source}", path.display()),
+            GitError::Network { source, .. } | GitError::Git { source, .. } => {
+                source.message().to_owned()
+            }
+            other => other.to_string(),
+        };
+        GitError::CacheFull {
+            path: dir.to_path_buf(),
+            message,
+        }
     }
 
     /// An equivalent error (same variant, fields and message), for handing
@@ -227,7 +284,14 @@ impl GitError {
             },
             GitError::Io { path, source } => GitError::Io {
                 path: path.clone(),
-                source: std::io::Error::new(source.kind(), source.to_string()),
+                source: match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            GitError::CacheFull { path, message } => GitError::CacheFull {
+                path: path.clone(),
+                message: message.clone(),
             },
             GitError::Apply { source } => GitError::Apply {
                 source: source.to_string().into(),
@@ -343,6 +407,20 @@ impl GitError {
     }
 }
 
+/// ENOSPC or EDQUOT (the standard library maps both OS codes to these kinds).
+fn io_out_of_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// Whether a system error text is ENOSPC or EDQUOT (glibc and musl wordings).
+fn message_out_of_space(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("no space left on device") || lower.contains("quota exceeded")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +465,91 @@ mod tests {
     }
 
     #[test]
+    fn out_of_space_becomes_cache_full_naming_the_cache() {
+        let cache = Path::new("/var/cache/imagewatch/git");
+        // libgit2 writing a fetched pack: class Os, strerror appended.
+        let e = GitError::remote(
+            "fetch",
+            "https://git.example/r.git",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Os,
+                "cannot extend packfile '/var/cache/imagewatch/git/r/objects/pack/x.pack': No space left on device",
+            ),
+        );
+        assert_eq!(e.category(), "network", "libgit2 alone cannot tell");
+        let e = e.in_cache(cache);
+        assert_eq!(e.category(), "cache_full");
+        assert!(e.is_transient());
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "clone cache /var/cache/imagewatch/git has no space left: cannot extend packfile"
+            ),
+            "{text}"
+        );
+        // A loose object of a commit.
+        let e = GitError::git(
+            "write blob",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Os,
+                "failed to write object: Disk quota exceeded",
+            ),
+        )
+        .in_cache(cache);
+        assert_eq!(e.category(), "cache_full");
+        // Creating the clone directory.
+        let e = GitError::io(
+            "/var/cache/imagewatch/git",
+            std::io::Error::from(std::io::ErrorKind::StorageFull),
+        );
+        assert!(e.is_out_of_space());
+        let e = e.in_cache(cache);
+        assert!(matches!(&e, GitError::CacheFull { path, .. } if path == cache));
+        assert!(e.duplicate().is_out_of_space());
+        // Applying twice keeps the first directory.
+        let again = e.in_cache(Path::new("/elsewhere"));
+        assert!(matches!(&again, GitError::CacheFull { path, .. } if path == cache));
+    }
+
+    #[test]
+    fn other_failures_are_not_cache_full() {
+        let cache = Path::new("/c");
+        // The remote's disk is full: its words arrive over the wire, not as our OS error.
+        let remote = GitError::remote(
+            "push",
+            "https://git.example/r.git",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Net,
+                "remote: fatal: write error: No space left on device",
+            ),
+        );
+        assert_eq!(remote.in_cache(cache).category(), "network");
+        let rejected = GitError::PushRejected {
+            branch: "main".into(),
+            message: "unpack failed: No space left on device".into(),
+        };
+        assert_eq!(rejected.in_cache(cache).category(), "push_rejected");
+        let denied = GitError::io(
+            "/c",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        assert_eq!(denied.in_cache(cache).category(), "other");
+        let refused = GitError::remote(
+            "fetch",
+            "https://git.example/r.git",
+            git2::Error::new(
+                ErrorCode::GenericError,
+                ErrorClass::Os,
+                "failed to connect to git.example: Connection refused",
+            ),
+        );
+        assert_eq!(refused.in_cache(cache).category(), "network");
+    }
+
+    #[test]
     fn duplicates_keep_variant_and_message() {
         let errors = [
             GitError::PushRejected {
@@ -399,6 +562,11 @@ mod tests {
                 git2::Error::new(ErrorCode::Auth, ErrorClass::Http, "nope"),
             ),
             GitError::io("/tmp/x", std::io::Error::other("disk full")),
+            GitError::io("/tmp/x", std::io::Error::from_raw_os_error(28)),
+            GitError::CacheFull {
+                path: "/tmp/x".into(),
+                message: "No space left on device".into(),
+            },
             GitError::apply("bad yaml"),
             GitError::PushBranchNotOurs {
                 branch: "imagewatch/x".into(),
@@ -411,6 +579,7 @@ mod tests {
             assert_eq!(d.to_string(), e.to_string());
             assert_eq!(d.category(), e.category());
             assert_eq!(d.is_transient(), e.is_transient());
+            assert_eq!(d.is_out_of_space(), e.is_out_of_space());
         }
     }
 }

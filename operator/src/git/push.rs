@@ -69,6 +69,18 @@ impl Repo {
         mode: PushMode,
         on_send: Option<&dyn Fn()>,
     ) -> Result<PushOutcome> {
+        self.send(branch, commit, auth, mode, on_send)
+            .map_err(|e| self.cache_error(e))
+    }
+
+    fn send(
+        &self,
+        branch: &str,
+        commit: Oid,
+        auth: &GitAuth,
+        mode: PushMode,
+        on_send: Option<&dyn Fn()>,
+    ) -> Result<PushOutcome> {
         validate_branch(branch)?;
         self.repo
             .find_commit(commit)

@@ -128,6 +128,11 @@ impl RepoCache {
     /// [`Repo::fetch`], and only for the branches actually fetched, so a
     /// repository with many branches is never transferred whole.
     pub fn open_or_clone(&self, url: &str, auth: &GitAuth) -> Result<Repo> {
+        self.open_or_create(url, auth)
+            .map_err(|e| e.in_cache(&self.root))
+    }
+
+    fn open_or_create(&self, url: &str, auth: &GitAuth) -> Result<Repo> {
         let remote = RemoteUrl::parse(url)?;
         let dir = self.root.join(remote.cache_dir_name(url));
         let (slot, first_use) = {
@@ -355,6 +360,17 @@ impl Repo {
     /// `None` when the remote has no such branch (a stale tracking ref of a
     /// deleted branch is removed, so nobody reads it as current).
     pub fn fetch_many(&self, branches: &[&str], auth: &GitAuth) -> Result<Vec<Option<Oid>>> {
+        self.fetch_branches(branches, auth)
+            .map_err(|e| self.cache_error(e))
+    }
+
+    /// A failure of a write into this clone, with running out of space reported as
+    /// [`GitError::CacheFull`] naming the cache directory.
+    pub(crate) fn cache_error(&self, e: GitError) -> GitError {
+        e.in_cache(self.dir.parent().unwrap_or(&self.dir))
+    }
+
+    fn fetch_branches(&self, branches: &[&str], auth: &GitAuth) -> Result<Vec<Option<Oid>>> {
         for branch in branches {
             validate_branch(branch)?;
         }
