@@ -39,4 +39,12 @@ pub mod reason {
     pub const WAITING_FOR_GROUP: &str = "WaitingForGroup";
     /// The object was seen but not reconciled yet.
     pub const PROGRESSING: &str = "Progressing";
+    /// Pattern image: some matching repositories are not up to date in Git (the message
+    /// names the first ones and why; `status.members` has each one).
+    pub const MEMBERS_NOT_READY: &str = "MembersNotReady";
+    /// Pattern image: no repository of the registry matches it.
+    pub const NO_MATCHING_REPOSITORIES: &str = "NoMatchingRepositories";
+    /// Pattern image: the registry does not list its repositories to these credentials
+    /// (no `/v2/_catalog`, or `DescribeRepositories` is not allowed).
+    pub const CATALOG_UNAVAILABLE: &str = "CatalogUnavailable";
 }

@@ -49,6 +49,13 @@ use crate::common::{GitSource, SecretRef};
         description = "Tag written to Git"
     ),
     printcolumn(
+        name = "Members",
+        type_ = "integer",
+        json_path = ".status.memberCount",
+        description = "Repositories matching a pattern image",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
@@ -64,7 +71,15 @@ use crate::common::{GitSource, SecretRef};
 pub struct ImageWatchSpec {
     /// Image repository to follow, without tag or digest, e.g.
     /// `123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/my-api` or `ghcr.io/org/app`.
+    ///
+    /// A pattern: path segments that are `*` each match one segment of a repository name,
+    /// e.g. `123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/hoge/*/*/*`. The watch then
+    /// follows every matching repository of the registry (ECR: `DescribeRepositories`;
+    /// other registries: `GET /v2/_catalog`) and writes each one's tag into its own target:
+    /// `$1`..`$n` (or `${1}`) in the target's fields stand for what the `*`s matched, in
+    /// order, and `$$` for a `$`. A pattern names its registry host, which holds no `*`.
     #[x_kube(validation = Rule::new("!self.contains('@') && !self.matches(':[^/]*$')").message("image must be a repository without tag or digest (put tag rules in spec.tags)"))]
+    #[x_kube(validation = Rule::new("!self.contains('*') || (self.split('/').size() >= 2 && (self.split('/')[0].contains('.') || self.split('/')[0].contains(':') || self.split('/')[0] == 'localhost') && !self.split('/')[0].contains('*') && self.split('/').all(s, s == '*' || !s.contains('*')))").message("a '*' in image stands for one whole path segment of the repository (e.g. registry.example.com/team/*/api): the image must start with its registry host, which holds no '*', and a segment is either '*' or has no '*'"))]
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
 
@@ -292,9 +307,53 @@ pub struct ImageWatchStatus {
     /// The tag Git holds for the target, and the commit that wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedImage>,
-    /// `Ready` summarises the watch; its reason says what happened.
+    /// Pattern images: how many repositories match `spec.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_count: Option<i64>,
+    /// Pattern images: how many matching repositories are up to date in Git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members_ready: Option<i64>,
+    /// Pattern images: the matching repositories and how each one stands, sorted by
+    /// repository; at most the first 200 are listed (`memberCount` has the total).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 200))]
+    pub members: Vec<MemberStatus>,
+    /// `Ready` summarises the watch; its reason says what happened. For a pattern image it is
+    /// `True` only when every member is up to date, else `MembersNotReady` names the first
+    /// members that are not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// One repository matching a pattern image, and what Git holds for its target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Repository path inside the registry, e.g. `hoge/billing/api/stg`.
+    pub repository: String,
+    /// What each `*` of `spec.image` matched, in order: the values of `$1`, `$2`, ….
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub captures: Vec<String>,
+    /// The best tag of this repository under the tag rules (or the pinned tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<String>,
+    /// The tag Git holds for this member's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<String>,
+    /// The commit that wrote `applied`, or at which Git was found up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// File in Git holding this member's image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Whether Git holds the tag this member should run.
+    pub ready: bool,
+    /// Why it is (not) ready, as a `Ready` reason: `UpToDate`, `Updated`, `TargetNotFound`,
+    /// `NoMatchingTags`, `RegistryError`, `Suspended`, ….
+    pub reason: String,
+    /// Details, e.g. what was written or why nothing could be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The best tag found in the registry.
@@ -336,5 +395,9 @@ impl ImageWatchSpec {
     /// Whether writes are suspended.
     pub fn is_suspended(&self) -> bool {
         self.suspend.unwrap_or(false)
+    }
+    /// Whether `image` is a pattern (has `*` path segments) that follows many repositories.
+    pub fn is_pattern(&self) -> bool {
+        self.image.contains('*')
     }
 }

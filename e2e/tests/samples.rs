@@ -88,6 +88,7 @@ fn every_sample_has_a_readme_naming_its_field_report() -> anyhow::Result<()> {
         .collect();
     for expected in [
         "canary-primary",
+        "ecr-pattern",
         "ecr-sqs",
         "helm-values",
         "kustomize-staging",
@@ -232,6 +233,94 @@ fn read_tree(root: &Path, out: &mut BTreeMap<PathBuf, String>) -> anyhow::Result
     Ok(())
 }
 
+/// What a watch writes, as `(what, image, target)`: its own image and target, or for a
+/// pattern image one entry per member the sample's manifests have a target for (the
+/// directories matching the target's path, each `$n` segment standing for capture n).
+fn watch_targets(
+    what: &str,
+    spec: &imagewatch_crd::ImageWatchSpec,
+    manifests: &Path,
+) -> anyhow::Result<Vec<(String, String, imagewatch_crd::Target)>> {
+    use imagewatch::controller::members;
+    let Some(pattern) =
+        members::parse_pattern_image(&spec.image).map_err(|e| anyhow::anyhow!("{what}: {e}"))?
+    else {
+        return Ok(vec![(
+            what.to_string(),
+            spec.image.clone(),
+            spec.target.clone(),
+        )]);
+    };
+    members::check_references(&spec.target, &spec.image, pattern.wildcards())
+        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let target = &spec.target;
+    let template = [
+        target.workload.as_ref().map(|w| w.path.as_str()),
+        target.kustomize.as_ref().map(|k| k.path.as_str()),
+        target.argocd_source.as_ref().map(|a| a.path.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .with_context(|| format!("{what}: no sample check for this pattern target kind yet"))?;
+    // Walk the manifests along the template, collecting each `$n` segment's value.
+    let mut found: Vec<(PathBuf, BTreeMap<usize, String>)> =
+        vec![(manifests.to_path_buf(), BTreeMap::new())];
+    for segment in template.split('/') {
+        let capture = segment
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok());
+        let mut next = Vec::new();
+        for (dir, captures) in found {
+            match capture {
+                None => {
+                    if dir.join(segment).is_dir() {
+                        next.push((dir.join(segment), captures));
+                    }
+                }
+                Some(n) => {
+                    for entry in std::fs::read_dir(&dir)?.filter_map(Result::ok) {
+                        if entry.path().is_dir() {
+                            let mut captures = captures.clone();
+                            captures.insert(n, entry.file_name().to_string_lossy().into_owned());
+                            next.push((entry.path(), captures));
+                        }
+                    }
+                }
+            }
+        }
+        found = next;
+    }
+    let mut out = Vec::new();
+    for (_, captures) in found {
+        let captures: Vec<String> = (1..=pattern.wildcards())
+            .map(|n| captures.get(&n).cloned())
+            .collect::<Option<_>>()
+            .with_context(|| format!("{what}: the target path does not use every capture"))?;
+        let mut parts = captures.iter();
+        let repository: Vec<String> = pattern
+            .pattern
+            .split('/')
+            .map(|s| match s {
+                "*" => parts.next().cloned().unwrap_or_default(),
+                literal => literal.to_string(),
+            })
+            .collect();
+        let repository = repository.join("/");
+        out.push((
+            format!("{what} [{repository}]"),
+            pattern.member_image(&repository),
+            members::expand_target(target, &captures),
+        ));
+    }
+    ensure!(
+        !out.is_empty(),
+        "{what}: no member has a target in the sample's manifests"
+    );
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 #[test]
 fn every_watch_target_exists_and_holds_a_tag_its_rules_accept() -> anyhow::Result<()> {
     let mut checked = 0;
@@ -245,105 +334,103 @@ fn every_watch_target_exists_and_holds_a_tag_its_rules_accept() -> anyhow::Resul
             let watch: ImageWatch = serde_json::from_value(object.clone())
                 .with_context(|| format!("{what}: not an ImageWatch"))?;
             let spec = &watch.spec;
-            let work = tempfile::tempdir()?;
-            copy_dir(&manifests, work.path())?;
-            let new_tag = "sample-check";
-            let new_image = format!("{}:{new_tag}", spec.image);
-            let mut args: Vec<String> = vec!["set-image".into()];
-            let target = &spec.target;
-            if let Some(w) = &target.workload {
-                args.extend([
-                    "--path".into(),
-                    work.path().join(&w.path).display().to_string(),
-                    "--workload".into(),
-                    format!("{}/{}", w.kind, w.name),
-                    "--container".into(),
-                    w.container.clone(),
-                ]);
-            } else if let Some(k) = &target.kustomize {
-                args.extend([
-                    "--kustomize".into(),
-                    work.path().join(&k.path).display().to_string(),
-                    "--name".into(),
-                    serde_json::to_value(k)?["image"]
-                        .as_str()
-                        .unwrap_or(&spec.image)
-                        .to_string(),
-                ]);
-            } else if let Some(h) = &target.helm {
-                args.extend([
-                    "--helm-values".into(),
-                    work.path().join(&h.file).display().to_string(),
-                    "--key".into(),
-                    h.tag.clone(),
-                ]);
-            } else {
-                anyhow::bail!("{what}: no sample check for this target kind yet");
-            }
-            // What the operator writes: the watched repository with the chosen tag.
-            args.extend(["--image".into(), new_image.clone()]);
-            let mut before = BTreeMap::new();
-            read_tree(work.path(), &mut before)?;
-            let out = Command::new(imagewatch_e2e::operator::binary())
-                .args(&args)
-                .output()
-                .context("imagewatch set-image (build with `cargo build -p imagewatch`)")?;
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            ensure!(
-                out.status.success(),
-                "{what}: target not found in the sample's manifests: {}{}",
-                stdout,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let mut after = BTreeMap::new();
-            read_tree(work.path(), &mut after)?;
-            let changed: Vec<(&PathBuf, usize)> = before
-                .iter()
-                .map(|(p, b)| (p, changed_lines(b, &after[p])))
-                .filter(|(_, n)| *n > 0)
-                .collect();
-            assert!(
-                changed.len() == 1 && changed[0].1 == 1,
-                "{what}: writing a tag should change one line of one file, changed {changed:?}"
-            );
-
-            // `updated FILE: OLD -> NEW`: OLD is what the sample holds now.
-            let old = stdout
-                .rsplit_once(" -> ")
-                .and_then(|(left, _)| left.rsplit_once(": "))
-                .map(|(_, old)| old.trim().to_string())
-                .with_context(|| format!("{what}: unexpected set-image output {stdout:?}"))?;
-            let (repository, old_tag) = match old.rsplit_once(':') {
-                Some((repo, tag)) if !tag.contains('/') => (Some(repo.to_string()), tag),
-                _ => (None, old.as_str()),
-            };
-            if let Some(repository) = repository {
-                assert_eq!(
-                    repository, spec.image,
-                    "{what}: the target holds another image"
+            for (what, image, target) in watch_targets(&what, spec, &manifests)? {
+                let work = tempfile::tempdir()?;
+                copy_dir(&manifests, work.path())?;
+                let new_tag = "sample-check";
+                let new_image = format!("{image}:{new_tag}");
+                let mut args: Vec<String> = vec!["set-image".into()];
+                if let Some(w) = &target.workload {
+                    args.extend([
+                        "--path".into(),
+                        work.path().join(&w.path).display().to_string(),
+                        "--workload".into(),
+                        format!("{}/{}", w.kind, w.name),
+                        "--container".into(),
+                        w.container.clone(),
+                    ]);
+                } else if let Some(k) = &target.kustomize {
+                    args.extend([
+                        "--kustomize".into(),
+                        work.path().join(&k.path).display().to_string(),
+                        "--name".into(),
+                        serde_json::to_value(k)?["image"]
+                            .as_str()
+                            .unwrap_or(&image)
+                            .to_string(),
+                    ]);
+                } else if let Some(h) = &target.helm {
+                    args.extend([
+                        "--helm-values".into(),
+                        work.path().join(&h.file).display().to_string(),
+                        "--key".into(),
+                        h.tag.clone(),
+                    ]);
+                } else {
+                    anyhow::bail!("{what}: no sample check for this target kind yet");
+                }
+                // What the operator writes: the watched repository with the chosen tag.
+                args.extend(["--image".into(), new_image.clone()]);
+                let mut before = BTreeMap::new();
+                read_tree(work.path(), &mut before)?;
+                let out = Command::new(imagewatch_e2e::operator::binary())
+                    .args(&args)
+                    .output()
+                    .context("imagewatch set-image (build with `cargo build -p imagewatch`)")?;
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                ensure!(
+                    out.status.success(),
+                    "{what}: target not found in the sample's manifests: {}{}",
+                    stdout,
+                    String::from_utf8_lossy(&out.stderr)
                 );
-            }
-            let rules = spec.tags.clone().unwrap_or_default();
-            let policy = imagewatch::policy::TagPolicy::new(
-                rules.pattern.as_deref().unwrap_or(""),
-                rules.exclude.as_deref().unwrap_or(&[]),
-                policy_order(rules.order),
-                rules.extract.as_deref(),
-            )
-            .map_err(|e| anyhow::anyhow!("{what}: invalid tag rules: {e}"))?;
-            assert!(
-                policy.matches(old_tag),
-                "{what}: the sample's current tag {old_tag} does not match the watch's rules"
-            );
-            if rules.order != Some(TagOrder::Newest) {
-                let tags = [imagewatch::policy::TagInfo::new(old_tag)];
+                let mut after = BTreeMap::new();
+                read_tree(work.path(), &mut after)?;
+                let changed: Vec<(&PathBuf, usize)> = before
+                    .iter()
+                    .map(|(p, b)| (p, changed_lines(b, &after[p])))
+                    .filter(|(_, n)| *n > 0)
+                    .collect();
                 assert!(
-                    policy.select(&tags).is_some(),
-                    "{what}: {old_tag} cannot be ordered by {:?}",
-                    rules.order
+                    changed.len() == 1 && changed[0].1 == 1,
+                    "{what}: writing a tag should change one line of one file, changed {changed:?}"
                 );
+
+                // `updated FILE: OLD -> NEW`: OLD is what the sample holds now.
+                let old = stdout
+                    .rsplit_once(" -> ")
+                    .and_then(|(left, _)| left.rsplit_once(": "))
+                    .map(|(_, old)| old.trim().to_string())
+                    .with_context(|| format!("{what}: unexpected set-image output {stdout:?}"))?;
+                let (repository, old_tag) = match old.rsplit_once(':') {
+                    Some((repo, tag)) if !tag.contains('/') => (Some(repo.to_string()), tag),
+                    _ => (None, old.as_str()),
+                };
+                if let Some(repository) = repository {
+                    assert_eq!(repository, image, "{what}: the target holds another image");
+                }
+                let rules = spec.tags.clone().unwrap_or_default();
+                let policy = imagewatch::policy::TagPolicy::new(
+                    rules.pattern.as_deref().unwrap_or(""),
+                    rules.exclude.as_deref().unwrap_or(&[]),
+                    policy_order(rules.order),
+                    rules.extract.as_deref(),
+                )
+                .map_err(|e| anyhow::anyhow!("{what}: invalid tag rules: {e}"))?;
+                assert!(
+                    policy.matches(old_tag),
+                    "{what}: the sample's current tag {old_tag} does not match the watch's rules"
+                );
+                if rules.order != Some(TagOrder::Newest) {
+                    let tags = [imagewatch::policy::TagInfo::new(old_tag)];
+                    assert!(
+                        policy.select(&tags).is_some(),
+                        "{what}: {old_tag} cannot be ordered by {:?}",
+                        rules.order
+                    );
+                }
+                checked += 1;
             }
-            checked += 1;
         }
     }
     ensure!(checked >= 10, "only {checked} watches checked");

@@ -27,6 +27,9 @@ pub enum ReconcileError {
     /// The watch's group has no common tag yet, or a member is unusable.
     #[error("{0}")]
     WaitingForGroup(String),
+    /// A pattern image's registry does not list its repositories to us.
+    #[error("{0}")]
+    CatalogUnavailable(String),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),

@@ -8,6 +8,11 @@
 //!
 //! Scans are keyed by repository *and* credentials: watches in different namespaces never share
 //! a scan made with another namespace's Secret.
+//!
+//! Pattern watches also ask for a registry's list of repositories (its catalog, or ECR's
+//! `DescribeRepositories`) with the same rules: one listing per registry and credentials per
+//! interval, single flight, and an event naming a repository the cached list lacks (a new
+//! repository) makes the next caller list again.
 
 use std::{
     collections::HashMap,
@@ -87,12 +92,101 @@ impl Scan {
     }
 }
 
-#[derive(Default)]
-struct Entry {
+/// One listed registry with one set of credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CatalogKey {
+    /// Registry host\[:port\].
+    pub registry: String,
+    /// Credentials used.
+    pub credentials: CredentialKey,
+}
+
+/// The repositories of one registry, as one listing saw them.
+#[derive(Debug)]
+pub struct Catalog {
+    /// Repository names, sorted, without duplicates.
+    pub repositories: Vec<String>,
+    /// When the listing finished.
+    pub at: Instant,
+}
+
+impl Catalog {
+    /// Whether the listing holds `repository`.
+    pub fn contains(&self, repository: &str) -> bool {
+        self.repositories
+            .binary_search_by(|r| r.as_str().cmp(repository))
+            .is_ok()
+    }
+}
+
+/// Something cached with the time it was made.
+trait Made {
+    fn at(&self) -> Instant;
+}
+
+impl Made for Scan {
+    fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+impl Made for Catalog {
+    fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+struct Entry<T> {
     /// Held while scanning, so concurrent callers wait for one scan.
-    current: Mutex<Option<Arc<Scan>>>,
+    current: Mutex<Option<Arc<T>>>,
     /// Set when an event names the repository; the next caller rescans.
     stale: std::sync::atomic::AtomicBool,
+}
+
+impl<T> Default for Entry<T> {
+    fn default() -> Self {
+        Self {
+            current: Mutex::new(None),
+            stale: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T: Made> Entry<T> {
+    /// The cached value when it is younger than `max_age` and not stale; otherwise `make`'s,
+    /// made by the first caller while the others wait. `Ok((value, made_now))`.
+    async fn get<F, Fut>(&self, max_age: Duration, make: F) -> Result<(Arc<T>, bool), RegistryError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, RegistryError>>,
+    {
+        use std::sync::atomic::Ordering;
+        let mut current = self.current.lock().await;
+        let stale = self.stale.load(Ordering::Acquire);
+        if let Some(existing) = current.as_ref()
+            && !stale
+            && existing.at().elapsed() < max_age
+        {
+            return Ok((existing.clone(), false));
+        }
+        // Clear before scanning: an event arriving during the scan marks it stale again.
+        self.stale.store(false, Ordering::Release);
+        let made = match make().await {
+            Ok(made) => Arc::new(made),
+            Err(e) => {
+                if stale {
+                    self.stale.store(true, Ordering::Release);
+                }
+                return Err(e);
+            }
+        };
+        *current = Some(made.clone());
+        Ok((made, true))
+    }
+
+    fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// Counters for metrics and tests.
@@ -102,11 +196,14 @@ pub struct IndexStats {
     pub scans: std::sync::atomic::AtomicU64,
     /// Requests answered from a shared scan.
     pub shared: std::sync::atomic::AtomicU64,
+    /// Repository listings made (pattern watches).
+    pub listings: std::sync::atomic::AtomicU64,
 }
 
 /// The index (shared by every reconcile).
 pub struct RepositoryIndex {
-    entries: std::sync::Mutex<HashMap<ScanKey, Arc<Entry>>>,
+    entries: std::sync::Mutex<HashMap<ScanKey, Arc<Entry<Scan>>>>,
+    catalogs: std::sync::Mutex<HashMap<CatalogKey, Arc<Entry<Catalog>>>>,
     max_tags: usize,
     /// Counters.
     pub stats: IndexStats,
@@ -117,14 +214,51 @@ impl RepositoryIndex {
     pub fn new(max_tags: usize) -> Self {
         Self {
             entries: std::sync::Mutex::default(),
+            catalogs: std::sync::Mutex::default(),
             max_tags: max_tags.max(1),
             stats: IndexStats::default(),
         }
     }
 
-    fn entry(&self, key: &ScanKey) -> Arc<Entry> {
+    fn entry(&self, key: &ScanKey) -> Arc<Entry<Scan>> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.entry(key.clone()).or_default().clone()
+    }
+
+    /// The repositories of `key`'s registry, from a listing at most `max_age` old (and made
+    /// after the last event naming a repository it lacked), running `list` when none is.
+    /// `list` returns the names in any order.
+    pub async fn repositories<F, Fut>(
+        &self,
+        key: &CatalogKey,
+        max_age: Duration,
+        list: F,
+    ) -> Result<Arc<Catalog>, RegistryError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Vec<String>, RegistryError>>,
+    {
+        let entry = {
+            let mut catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
+            catalogs.entry(key.clone()).or_default().clone()
+        };
+        let (catalog, made) = entry
+            .get(max_age, || async {
+                let mut repositories = list().await?;
+                repositories.sort();
+                repositories.dedup();
+                Ok(Catalog {
+                    repositories,
+                    at: Instant::now(),
+                })
+            })
+            .await?;
+        if made {
+            self.stats
+                .listings
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(catalog)
     }
 
     /// The tags of `key`'s repository, from a scan at most `max_age` old (and newer than the
@@ -141,49 +275,53 @@ impl RepositoryIndex {
     {
         use std::sync::atomic::Ordering;
         let entry = self.entry(key);
-        let mut current = entry.current.lock().await;
-        let stale = entry.stale.load(Ordering::Acquire);
-        if let Some(existing) = current.as_ref()
-            && !stale
-            && existing.at.elapsed() < max_age
-        {
+        let max_tags = self.max_tags;
+        let (scan, made) = entry
+            .get(max_age, || async {
+                let listed = scan().await?;
+                let count = listed.len();
+                Ok(Scan {
+                    tags: bound_tags(listed, max_tags),
+                    listed: count,
+                    at: Instant::now(),
+                    digests: Mutex::default(),
+                })
+            })
+            .await?;
+        if made {
+            self.stats.scans.fetch_add(1, Ordering::Relaxed);
+        } else {
             self.stats.shared.fetch_add(1, Ordering::Relaxed);
-            return Ok(existing.clone());
         }
-        // Clear before scanning: an event arriving during the scan marks it stale again.
-        entry.stale.store(false, Ordering::Release);
-        let listed = match scan().await {
-            Ok(tags) => tags,
-            Err(e) => {
-                if stale {
-                    entry.stale.store(true, Ordering::Release);
-                }
-                return Err(e);
-            }
-        };
-        self.stats.scans.fetch_add(1, Ordering::Relaxed);
-        let count = listed.len();
-        let tags = bound_tags(listed, self.max_tags);
-        let result = Arc::new(Scan {
-            tags,
-            listed: count,
-            at: Instant::now(),
-            digests: Mutex::default(),
-        });
-        *current = Some(result.clone());
-        Ok(result)
+        Ok(scan)
     }
 
-    /// Marks every scan of `registry`/`repository` stale. Returns whether any was known.
+    /// Marks every scan of `registry`/`repository` stale, and every listing of `registry`
+    /// that lacks `repository` (a new repository a pattern watch may match). Returns whether
+    /// any scan of the repository was known.
     pub fn invalidate(&self, registry: &str, repository: &str) -> bool {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut known = false;
-        for (key, entry) in entries.iter() {
-            if key.registry == registry && key.repository == repository {
-                entry
-                    .stale
-                    .store(true, std::sync::atomic::Ordering::Release);
-                known = true;
+        {
+            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, entry) in entries.iter() {
+                if key.registry == registry && key.repository == repository {
+                    entry.mark_stale();
+                    known = true;
+                }
+            }
+        }
+        let catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, entry) in catalogs.iter() {
+            if key.registry != registry {
+                continue;
+            }
+            // A listing in progress may or may not see the repository: list again after it.
+            let lacks = match entry.current.try_lock() {
+                Ok(current) => current.as_ref().is_none_or(|c| !c.contains(repository)),
+                Err(_) => true,
+            };
+            if lacks {
+                entry.mark_stale();
             }
         }
         known
@@ -372,6 +510,128 @@ mod tests {
             assert_eq!(d.as_deref(), Some("sha256:1"));
         }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    fn catalog_key(registry: &str) -> CatalogKey {
+        CatalogKey {
+            registry: registry.into(),
+            credentials: CredentialKey::Anonymous,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_listing_per_registry_and_interval_shared_by_concurrent_callers() {
+        let index = Arc::new(RepositoryIndex::new(1000));
+        let calls = Arc::new(AtomicU32::new(0));
+        let mut handles = Vec::new();
+        for _ in 0..50 {
+            let index = index.clone();
+            let calls = calls.clone();
+            handles.push(tokio::spawn(async move {
+                index
+                    .repositories(
+                        &catalog_key("r.example"),
+                        Duration::from_secs(60),
+                        || async move {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            tokio::task::yield_now().await;
+                            Ok(vec!["b/api".into(), "a/api".into(), "b/api".into()])
+                        },
+                    )
+                    .await
+                    .map(|c| c.repositories.clone())
+            }));
+        }
+        for h in handles {
+            assert_eq!(h.await.unwrap().unwrap(), vec!["a/api", "b/api"]);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(index.stats.listings.load(Ordering::SeqCst), 1);
+        // Another registry is listed on its own; an old listing is refreshed.
+        index
+            .repositories(
+                &catalog_key("other.example"),
+                Duration::from_secs(60),
+                || async { Ok(vec![]) },
+            )
+            .await
+            .unwrap();
+        index
+            .repositories(&catalog_key("r.example"), Duration::ZERO, || async {
+                Ok(vec![])
+            })
+            .await
+            .unwrap();
+        assert_eq!(index.stats.listings.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn an_event_for_a_new_repository_relists_its_registry_only() {
+        let index = RepositoryIndex::new(1000);
+        let calls = AtomicU32::new(0);
+        let list = |names: Vec<String>| {
+            let calls = &calls;
+            move || async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Ok(names)
+            }
+        };
+        let key = catalog_key("r.example");
+        let first = index
+            .repositories(
+                &key,
+                Duration::from_secs(60),
+                list(vec!["svc/a/api".into()]),
+            )
+            .await
+            .unwrap();
+        assert!(first.contains("svc/a/api") && !first.contains("svc/b/api"));
+        // An event for a repository the listing already has: no new listing.
+        index.invalidate("r.example", "svc/a/api");
+        index
+            .repositories(&key, Duration::from_secs(60), list(vec![]))
+            .await
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // Events for another registry change nothing here.
+        index.invalidate("other.example", "svc/b/api");
+        index
+            .repositories(&key, Duration::from_secs(60), list(vec![]))
+            .await
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // A new repository: the next caller lists again and sees it.
+        index.invalidate("r.example", "svc/b/api");
+        let second = index
+            .repositories(
+                &key,
+                Duration::from_secs(60),
+                list(vec!["svc/a/api".into(), "svc/b/api".into()]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(second.contains("svc/b/api"));
+    }
+
+    #[tokio::test]
+    async fn a_failed_listing_is_not_cached() {
+        let index = RepositoryIndex::new(1000);
+        let key = catalog_key("r.example");
+        let err = index
+            .repositories(&key, Duration::from_secs(60), || async {
+                Err(RegistryError::Transport("down".into()))
+            })
+            .await;
+        assert!(err.is_err());
+        let listed = index
+            .repositories(&key, Duration::from_secs(60), || async {
+                Ok(vec!["x".into()])
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.repositories, vec!["x"]);
+        assert_eq!(index.stats.listings.load(Ordering::SeqCst), 1);
     }
 
     #[test]

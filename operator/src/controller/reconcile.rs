@@ -5,9 +5,14 @@
 //! 3. select (pure): the tag to run; then confirm it exists (manifest HEAD);
 //! 4. write: read the target's current image from Git, commit and push when it differs;
 //! 5. status: `latest`, `applied`, `Ready`, Events and metrics — patched only when changed.
+//!
+//! A pattern image (`*` path segments, see `members.rs`) runs steps 2–4 once per matching
+//! repository of the registry, listed through the index, and hands every member's write
+//! intent to the writer at once; step 5 reports each member and an aggregated `Ready`.
 
 use std::{sync::Arc, time::Duration};
 
+use futures::StreamExt as _;
 use imagewatch_crd::{
     AppliedImage, DigestMode, ImageWatch, ImageWatchStatus, LatestImage, RegistryProvider,
     TagOrder, conditions::reason,
@@ -27,18 +32,22 @@ use serde_json::json;
 
 use super::{
     Context, ReconcileError,
-    index::{CredentialKey, Scan, ScanKey},
+    index::{CatalogKey, CredentialKey, Scan, ScanKey},
+    members::{self, MemberResult, PatternImage, PatternOutcome},
     parse_duration, secrets, status,
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
     manifests::{ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
-    registry::{Credentials, RepositoryRef, TagSource, is_ecr_host},
+    registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
     telemetry::{ReconcileLabels, RegistryLabels},
 };
 
-/// What a successful reconcile found and did.
+/// Members of a pattern watch scanned at the same time.
+const MEMBER_CONCURRENCY: usize = 8;
+
+/// What a successful reconcile of a watch of one repository found and did.
 #[derive(Debug)]
 pub struct Outcome {
     latest: LatestImage,
@@ -46,6 +55,29 @@ pub struct Outcome {
     suspended: bool,
     /// Group members still missing a newer tag (`WaitingForGroup`).
     waiting: Option<String>,
+}
+
+/// What a successful reconcile found and did.
+#[derive(Debug)]
+pub enum Reconciled {
+    /// A watch of one repository.
+    Single(Outcome),
+    /// A pattern watch: one result per matching repository.
+    Pattern(PatternOutcome),
+}
+
+impl Reconciled {
+    /// The `outcome` label of `imagewatch_reconciles_total`.
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Reconciled::Single(_) => "ok",
+            Reconciled::Pattern(p) if p.members.is_empty() => "no_matching_repositories",
+            Reconciled::Pattern(p) if p.members.iter().any(|m| m.outcome.is_err()) => {
+                "members_not_ready"
+            }
+            Reconciled::Pattern(_) => "ok",
+        }
+    }
 }
 
 /// The reconcile entry point used by the controller.
@@ -80,11 +112,16 @@ pub async fn reconcile(
 
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(watch, &result, &now);
-    publish_events(watch, &result, &ctx).await;
+    publish_events(watch, &result, &new_status, &ctx).await;
     patch_status_if_changed(watch, new_status, &ctx).await?;
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
     match result {
+        // Members that failed for a passing reason (registry, Git) are retried with backoff,
+        // without holding back the others.
+        Ok(Reconciled::Pattern(p)) if p.has_transient_failure() => {
+            Ok(Action::requeue(ctx.backoff(key, interval).await))
+        }
         Ok(_) => {
             ctx.reset_backoff(&key).await;
             Ok(Action::requeue(interval))
@@ -104,26 +141,36 @@ pub async fn reconcile(
     }
 }
 
-/// A watch validated, dereferenced and scanned (steps 1–3a): everything needed to choose and
-/// check a tag.
-struct Prepared<'w> {
-    watch: &'w ImageWatch,
+/// What every repository a watch follows shares: its tag rules, interval and registry
+/// credentials (steps 1–2).
+struct Rules {
     namespace: String,
     policy: TagPolicy,
     order: policy::Order,
-    repo: RepositoryRef,
+    interval: Duration,
     creds: Credentials,
     use_ecr: bool,
+    credential_key: CredentialKey,
+}
+
+/// A watch validated, dereferenced and scanned (steps 1–3a) for one repository: everything
+/// needed to choose and check a tag.
+struct Prepared<'w> {
+    watch: &'w ImageWatch,
+    rules: Arc<Rules>,
+    repo: RepositoryRef,
+    /// The image written: `spec.image`, or one member of a pattern.
+    image: String,
+    /// Where it is written: `spec.target`, or its expansion for one member of a pattern.
+    target: imagewatch_crd::Target,
     scan: Arc<Scan>,
 }
 
-/// Steps 1–3a for one watch: validate its spec, read its registry credentials and get the
-/// repository's shared scan.
-async fn prepare<'w>(watch: &'w ImageWatch, ctx: &Context) -> Result<Prepared<'w>, ReconcileError> {
-    let namespace = watch.namespace().unwrap_or_default();
+/// Step 1 (pure): the tag rules and the interval.
+fn validate_rules(
+    watch: &ImageWatch,
+) -> Result<(TagPolicy, policy::Order, Duration), ReconcileError> {
     let spec = &watch.spec;
-
-    // 1. validate
     let tags = spec.tags.clone().unwrap_or_default();
     let order = match tags.order.unwrap_or_default() {
         TagOrder::Semver => policy::Order::Semver,
@@ -144,71 +191,119 @@ async fn prepare<'w>(watch: &'w ImageWatch, ctx: &Context) -> Result<Prepared<'w
             spec.interval_or_default()
         )));
     };
-    let repo = RepositoryRef::parse(&spec.image)
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.image: {e}")))?;
-    let credentials = spec.credentials.clone().unwrap_or_default();
+    Ok((policy, order, interval))
+}
+
+/// Steps 1–2 for a watch of `registry`: the validated rules and the registry credentials.
+async fn rules(
+    watch: &ImageWatch,
+    ctx: &Context,
+    registry: &str,
+    (policy, order, interval): (TagPolicy, policy::Order, Duration),
+) -> Result<Rules, ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let credentials = watch.spec.credentials.clone().unwrap_or_default();
     // ECR is asked through its API (tags, digests and push times in one call) with the
     // operator's AWS identity, unless the watch brings a pull secret for it.
     let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
-        || (is_ecr_host(&repo.registry).is_some() && credentials.secret_ref.is_none());
-    if use_ecr && is_ecr_host(&repo.registry).is_none() {
+        || (is_ecr_host(registry).is_some() && credentials.secret_ref.is_none());
+    if use_ecr && is_ecr_host(registry).is_none() {
         return Err(ReconcileError::InvalidSpec(format!(
-            "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {}",
-            repo.registry
+            "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {registry}"
         )));
     }
 
     // 2. dereference
     let creds = match &credentials.secret_ref {
         Some(secret) => {
-            secrets::registry_credentials(&ctx.client, &namespace, &secret.name, &repo.registry)
-                .await?
+            secrets::registry_credentials(&ctx.client, &namespace, &secret.name, registry).await?
         }
         None => Credentials::Anonymous,
     };
+    let credential_key = match (&credentials.secret_ref, use_ecr) {
+        (_, true) => CredentialKey::Ambient,
+        (Some(secret), false) => CredentialKey::Secret {
+            namespace: namespace.clone(),
+            name: secret.name.clone(),
+        },
+        (None, false) => CredentialKey::Anonymous,
+    };
+    Ok(Rules {
+        namespace,
+        policy,
+        order,
+        interval,
+        creds,
+        use_ecr,
+        credential_key,
+    })
+}
 
-    // 3a. the repository's shared scan
+/// Steps 1–3a for one watch: validate its spec, read its registry credentials and get the
+/// repository's shared scan.
+async fn prepare<'w>(watch: &'w ImageWatch, ctx: &Context) -> Result<Prepared<'w>, ReconcileError> {
+    let spec = &watch.spec;
+    let validated = validate_rules(watch)?;
+    let repo = RepositoryRef::parse(&spec.image)
+        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.image: {e}")))?;
+    let rules = Arc::new(rules(watch, ctx, &repo.registry, validated).await?);
+    scan_repository(
+        watch,
+        ctx,
+        rules,
+        repo,
+        spec.image.clone(),
+        spec.target.clone(),
+    )
+    .await
+}
+
+/// Step 3a: the repository's shared scan.
+async fn scan_repository<'w>(
+    watch: &'w ImageWatch,
+    ctx: &Context,
+    rules: Arc<Rules>,
+    repo: RepositoryRef,
+    image: String,
+    target: imagewatch_crd::Target,
+) -> Result<Prepared<'w>, ReconcileError> {
     let scan_key = ScanKey {
         registry: repo.registry.clone(),
         repository: repo.path.clone(),
-        credentials: match (&credentials.secret_ref, use_ecr) {
-            (_, true) => CredentialKey::Ambient,
-            (Some(secret), false) => CredentialKey::Secret {
-                namespace: namespace.clone(),
-                name: secret.name.clone(),
-            },
-            (None, false) => CredentialKey::Anonymous,
-        },
+        credentials: rules.credential_key.clone(),
         // Registries other than ECR do not list push times; Newest needs them looked up.
-        with_times: order == policy::Order::Newest && !use_ecr,
+        with_times: rules.order == policy::Order::Newest && !rules.use_ecr,
     };
+    let creds = &rules.creds;
     let scan = ctx
         .index
-        .tags(&scan_key, interval, || async {
-            if use_ecr {
-                registry_call(ctx, &repo, ctx.ecr.list(&repo, &creds).await)
+        .tags(&scan_key, rules.interval, || async {
+            if rules.use_ecr {
+                registry_call(ctx, &repo.registry, ctx.ecr.list(&repo, creds).await)
             } else if scan_key.with_times {
                 registry_call(
                     ctx,
-                    &repo,
-                    ctx.registry.list_tags_with_times(&repo, &creds, None).await,
+                    &repo.registry,
+                    ctx.registry.list_tags_with_times(&repo, creds, None).await,
                 )
                 .map(|timed| timed.tags)
             } else {
-                registry_call(ctx, &repo, ctx.registry.list_tags(&repo, &creds).await)
-                    .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+                registry_call(
+                    ctx,
+                    &repo.registry,
+                    ctx.registry.list_tags(&repo, creds).await,
+                )
+                .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
             }
         })
         .await
         .map_err(ReconcileError::from)?;
     Ok(Prepared {
         watch,
-        namespace,
-        policy,
-        order,
+        rules,
         repo,
-        creds,
-        use_ecr,
+        image,
+        target,
         scan,
     })
 }
@@ -216,16 +311,16 @@ async fn prepare<'w>(watch: &'w ImageWatch, ctx: &Context) -> Result<Prepared<'w
 impl Prepared<'_> {
     /// The digest of `tag`, once per scan; `None` when its manifest does not exist.
     async fn digest(&self, ctx: &Context, tag: &str) -> Result<Option<String>, ReconcileError> {
-        let (repo, creds) = (&self.repo, &self.creds);
+        let (repo, creds) = (&self.repo, &self.rules.creds);
         Ok(self
             .scan
             .digest(tag, || async {
-                if self.use_ecr {
-                    registry_call(ctx, repo, ctx.ecr.digest(repo, tag, creds).await)
+                if self.rules.use_ecr {
+                    registry_call(ctx, &repo.registry, ctx.ecr.digest(repo, tag, creds).await)
                 } else {
                     registry_call(
                         ctx,
-                        repo,
+                        &repo.registry,
                         ctx.registry.manifest_digest(repo, tag, creds).await,
                     )
                 }
@@ -240,18 +335,19 @@ impl Prepared<'_> {
             return Ok(pin.to_string());
         }
         let tags = spec.tags.clone().unwrap_or_default();
-        self.policy.select(&self.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
+        let policy = &self.rules.policy;
+        policy.select(&self.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
             let pattern = tags.pattern.as_deref().unwrap_or("*");
-            let matching = self.scan.tags.iter().filter(|t| self.policy.matches(&t.tag)).count();
+            let matching = self.scan.tags.iter().filter(|t| policy.matches(&t.tag)).count();
             ReconcileError::NoMatchingTags(if matching == 0 {
                 format!(
                     "none of the {} tags of {} matches pattern {pattern:?}",
-                    self.scan.listed, spec.image
+                    self.scan.listed, self.image
                 )
             } else {
                 format!(
                     "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
-                    spec.image, self.order
+                    self.image, self.rules.order
                 )
             })
         })
@@ -264,21 +360,20 @@ impl Prepared<'_> {
         match self.digest(ctx, tag).await? {
             Some(d) => Ok(d),
             None if spec.pin.as_deref() == Some(tag) => Err(ReconcileError::PinnedTagNotFound(
-                format!("spec.pin {tag:?} does not exist in {}", spec.image),
+                format!("spec.pin {tag:?} does not exist in {}", self.image),
             )),
             None => Err(ReconcileError::NoMatchingTags(format!(
                 "tag {tag} of {} is listed but its manifest does not exist",
-                spec.image
+                self.image
             ))),
         }
     }
 
     /// The image reference to write for `tag`.
     fn image_for(&self, tag: &str, digest: &str) -> String {
-        let spec = &self.watch.spec;
-        match spec.digest.unwrap_or_default() {
-            DigestMode::Tag => format!("{}:{}", spec.image, tag),
-            DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", spec.image, tag, digest),
+        match self.watch.spec.digest.unwrap_or_default() {
+            DigestMode::Tag => format!("{}:{}", self.image, tag),
+            DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", self.image, tag, digest),
         }
     }
 
@@ -299,22 +394,216 @@ impl Prepared<'_> {
             url: git.url,
             branch: git.branch,
             auth: git.auth,
-            target: target_spec(&watch.spec.target, &git.base_path, &watch.spec.image)
+            target: target_spec(&self.target, &git.base_path, &self.image)
                 .map_err(ReconcileError::InvalidSpec)?,
             change: ImageChange::Image(image),
-            watch: format!("{}/{}", self.namespace, watch.name_any()),
+            watch: format!("{}/{}", self.rules.namespace, watch.name_any()),
             dry_run: watch.spec.is_suspended(),
             push_branch: git.push_branch.map(|template| {
                 template
-                    .replace("{namespace}", &self.namespace)
+                    .replace("{namespace}", &self.rules.namespace)
                     .replace("{name}", &watch.name_any())
             }),
         })
     }
 }
 
-/// Steps 1–4.
-async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+/// Steps 1–4, for one repository or for every member of a pattern.
+async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled, ReconcileError> {
+    match members::parse_pattern_image(&watch.spec.image) {
+        Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
+        Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
+            .await
+            .map(Reconciled::Pattern),
+        Err(message) => Err(ReconcileError::InvalidSpec(message)),
+    }
+}
+
+/// Steps 1–4 for a pattern watch: list the registry's repositories (shared through the
+/// index), then for each matching one scan, select and confirm a tag with the watch's rules
+/// and make its write intent for the expanded target. Every intent goes to the writer at
+/// once, so one commit per repository and branch carries them. A member that fails (no tag,
+/// no target in Git, a registry error) is reported on itself; the others proceed.
+async fn reconcile_pattern(
+    watch: &ImageWatch,
+    pattern: &PatternImage,
+    ctx: &Context,
+) -> Result<PatternOutcome, ReconcileError> {
+    let spec = &watch.spec;
+    if spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
+        return Err(ReconcileError::InvalidSpec(format!(
+            "spec.group cannot be used with a pattern image ({}): a pattern already writes all its repositories together",
+            spec.image
+        )));
+    }
+    members::check_references(&spec.target, &spec.image, pattern.wildcards())
+        .map_err(ReconcileError::InvalidSpec)?;
+    let git = resolve_git(watch, ctx).await?;
+    let validated = validate_rules(watch)?;
+    let rules = Arc::new(rules(watch, ctx, &pattern.registry, validated).await?);
+
+    // Members: the registry's repositories matching the pattern.
+    let catalog_key = CatalogKey {
+        registry: pattern.registry.clone(),
+        credentials: rules.credential_key.clone(),
+    };
+    let catalog = ctx
+        .index
+        .repositories(&catalog_key, rules.interval, || async {
+            let listed = if rules.use_ecr {
+                ctx.ecr.list_repositories(&pattern.registry, "").await
+            } else {
+                ctx.registry
+                    .list_repositories(&pattern.registry, &rules.creds)
+                    .await
+            };
+            registry_call(ctx, &pattern.registry, listed)
+        })
+        .await
+        .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
+    let matched: Vec<(String, Vec<String>)> = catalog
+        .repositories
+        .iter()
+        .filter_map(|name| {
+            crate::registry::ecr::match_pattern(&pattern.pattern, name)
+                .map(|captures| (name.clone(), captures))
+        })
+        .collect();
+    tracing::debug!(watch = %watch.name_any(), listed = catalog.repositories.len(), members = matched.len(), "pattern members");
+
+    // Scan, select and confirm per member (bounded concurrency, order kept).
+    let planned: Vec<(MemberResult, Option<WriteRequest>)> =
+        futures::stream::iter(matched.into_iter().map(|(repository, captures)| {
+            plan_member(watch, ctx, &rules, pattern, &git, repository, captures)
+        }))
+        .buffered(MEMBER_CONCURRENCY)
+        .collect()
+        .await;
+
+    // Two members must never write one place (the second would undo the first).
+    let names: Vec<String> = planned
+        .iter()
+        .map(|(result, _)| result.repository.clone())
+        .collect();
+    let keys: Vec<Option<TargetSpec>> = planned
+        .iter()
+        .map(|(_, request)| request.as_ref().map(|r| r.target.clone()))
+        .collect();
+    let shared = members::shared_targets(&keys);
+    let mut results = Vec::with_capacity(planned.len());
+    let mut requests = Vec::new();
+    for (i, (mut result, request)) in planned.into_iter().enumerate() {
+        match (request, shared[i]) {
+            (Some(_), Some(other)) => {
+                result.outcome = Err(ReconcileError::InvalidSpec(format!(
+                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
+                    names[other],
+                    pattern.wildcards()
+                )));
+            }
+            (Some(request), None) => requests.push((i, request)),
+            (None, _) => {}
+        }
+        results.push(result);
+    }
+
+    // Write every intent at once: the batching writer makes one commit per repository and
+    // branch.
+    let (indices, requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let writes = futures::future::join_all(requests.into_iter().map(|r| ctx.writer.apply(r))).await;
+    for (i, write) in indices.into_iter().zip(writes) {
+        if write.as_ref().is_ok_and(|w| w.commit.is_some())
+            && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
+        {
+            ctx.metrics
+                .push_to_commit_seconds
+                .observe(since.elapsed().as_secs_f64());
+        }
+        results[i].outcome = write;
+    }
+    Ok(PatternOutcome {
+        image: spec.image.clone(),
+        listed: catalog.repositories.len(),
+        members: results,
+        suspended: spec.is_suspended(),
+    })
+}
+
+/// Steps 2–3 for one member: scan, select, confirm; then its write intent. Failures are
+/// the member's, not the watch's.
+async fn plan_member(
+    watch: &ImageWatch,
+    ctx: &Context,
+    rules: &Arc<Rules>,
+    pattern: &PatternImage,
+    git: &GitLocation,
+    repository: String,
+    captures: Vec<String>,
+) -> (MemberResult, Option<WriteRequest>) {
+    let mut result = MemberResult {
+        repository: repository.clone(),
+        captures: captures.clone(),
+        latest: None,
+        outcome: Err(ReconcileError::Internal("not reconciled".into())),
+    };
+    let repo = RepositoryRef {
+        registry: pattern.registry.clone(),
+        path: repository.clone(),
+    };
+    let target = members::expand_target(&watch.spec.target, &captures);
+    let planned = async {
+        let me = scan_repository(
+            watch,
+            ctx,
+            rules.clone(),
+            repo,
+            pattern.member_image(&repository),
+            target,
+        )
+        .await?;
+        let tag = me.own_choice()?;
+        result.latest = Some(tag.clone());
+        let digest = me.confirmed_digest(ctx, &tag).await?;
+        me.write_request(ctx, me.image_for(&tag, &digest), Some(git.clone()))
+            .await
+    }
+    .await;
+    match planned {
+        Ok(request) => (result, Some(request)),
+        Err(e) => {
+            result.outcome = Err(e);
+            (result, None)
+        }
+    }
+}
+
+/// A failed repository listing: "this registry does not list repositories to us" is a
+/// condition of its own; anything else is a registry error, retried.
+fn catalog_error(error: RegistryError, pattern: &PatternImage, ecr: bool) -> ReconcileError {
+    let unlisted = matches!(
+        &error,
+        RegistryError::NotFound { .. }
+            | RegistryError::Unauthorized { .. }
+            | RegistryError::Server {
+                status: 405 | 501,
+                ..
+            }
+    );
+    match (unlisted, ecr) {
+        (true, true) => ReconcileError::CatalogUnavailable(format!(
+            "cannot list the repositories of {} for pattern {} (ecr:DescribeRepositories: {error}); allow ecr:DescribeRepositories to the operator's AWS identity",
+            pattern.registry, pattern.pattern
+        )),
+        (true, false) => ReconcileError::CatalogUnavailable(format!(
+            "registry {} does not list its repositories to these credentials (GET /v2/_catalog: {error}); a pattern image needs a registry that serves the catalog, or ECR",
+            pattern.registry
+        )),
+        (false, _) => ReconcileError::Registry(error),
+    }
+}
+
+/// Steps 1–4 for a watch of one repository.
+async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
     // Where to write first: a missing or wrong Git location is reported before any registry
     // verdict.
     let git = resolve_git(watch, ctx).await?;
@@ -407,7 +696,7 @@ async fn group_choice(
         .iter()
         .filter_map(|g| g.0.as_ref().ok())
         .filter(|w| {
-            w.namespace().as_deref() == Some(me.namespace.as_str())
+            w.namespace().as_deref() == Some(me.rules.namespace.as_str())
                 && w.spec.group.as_deref() == Some(group)
                 && w.name_any() != me.watch.name_any()
                 && w.metadata.deletion_timestamp.is_none()
@@ -435,7 +724,7 @@ async fn group_choice(
         .zip(&names)
         .map(|(p, name)| super::group::Member {
             name,
-            policy: &p.policy,
+            policy: &p.rules.policy,
             tags: &p.scan.tags,
         })
         .collect();
@@ -469,6 +758,7 @@ async fn group_choice(
 
 /// Where to write: the repository, branch, credentials and the base path target paths are
 /// relative to.
+#[derive(Clone)]
 struct GitLocation {
     url: String,
     branch: String,
@@ -578,9 +868,9 @@ fn join_path(base: &str, path: &str) -> String {
 
 fn registry_call<T>(
     ctx: &Context,
-    repo: &RepositoryRef,
-    result: Result<T, crate::registry::RegistryError>,
-) -> Result<T, crate::registry::RegistryError> {
+    registry: &str,
+    result: Result<T, RegistryError>,
+) -> Result<T, RegistryError> {
     let outcome = match &result {
         Ok(_) => "ok",
         Err(e) => e.category(),
@@ -588,7 +878,7 @@ fn registry_call<T>(
     ctx.metrics
         .registry_requests
         .get_or_create(&RegistryLabels {
-            registry: repo.registry.clone(),
+            registry: registry.to_string(),
             outcome: outcome.to_string(),
         })
         .inc();
@@ -598,15 +888,32 @@ fn registry_call<T>(
 /// Step 5 (pure): the status this reconcile should leave.
 pub fn build_status(
     watch: &ImageWatch,
-    result: &Result<Outcome, ReconcileError>,
+    result: &Result<Reconciled, ReconcileError>,
     now: &Time,
 ) -> ImageWatchStatus {
     let previous = watch.status.clone().unwrap_or_default();
     let generation = watch.metadata.generation;
+    let result = match result {
+        Ok(Reconciled::Pattern(outcome)) => {
+            return members::pattern_status(&previous, outcome, generation, now);
+        }
+        Ok(Reconciled::Single(outcome)) => Ok(outcome),
+        Err(e) => Err(e),
+    };
+    // A pattern that failed as a whole keeps reporting its members as last seen; a watch of
+    // one repository has none.
+    let pattern = watch.spec.is_pattern();
     let mut next = ImageWatchStatus {
         observed_generation: generation,
-        latest: previous.latest.clone(),
-        applied: previous.applied.clone(),
+        latest: previous.latest.clone().filter(|_| !pattern),
+        applied: previous.applied.clone().filter(|_| !pattern),
+        member_count: previous.member_count.filter(|_| pattern),
+        members_ready: previous.members_ready.filter(|_| pattern),
+        members: if pattern {
+            previous.members.clone()
+        } else {
+            Vec::new()
+        },
         conditions: previous.conditions.clone(),
     };
     let condition = match result {
@@ -734,16 +1041,40 @@ async fn patch_status_if_changed(
 
 async fn publish_events(
     watch: &ImageWatch,
-    result: &Result<Outcome, ReconcileError>,
+    result: &Result<Reconciled, ReconcileError>,
+    new_status: &ImageWatchStatus,
     ctx: &Context,
 ) {
     let previous = status::ready_of(watch.status.as_ref());
     let event = match result {
-        Ok(Outcome {
+        Ok(Reconciled::Pattern(outcome)) => {
+            // A commit for some members; members newly not ready (or no member at all).
+            let updated = members::updated_note(outcome).map(|note| Event {
+                type_: EventType::Normal,
+                reason: reason::UPDATED.into(),
+                note: Some(note),
+                action: "Commit".into(),
+                secondary: None,
+            });
+            if let Some(event) = updated {
+                publish(watch, &event, ctx).await;
+            }
+            status::ready_of(Some(new_status))
+                .filter(|c| c.status == "False" && c.reason != reason::SUSPENDED)
+                .filter(|c| previous.is_none_or(|p| p.reason != c.reason || p.message != c.message))
+                .map(|c| Event {
+                    type_: EventType::Warning,
+                    reason: c.reason.clone(),
+                    note: Some(c.message.clone()),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                })
+        }
+        Ok(Reconciled::Single(Outcome {
             write: Some(w),
             suspended: false,
             ..
-        }) if w.commit.is_some() => Some(Event {
+        })) if w.commit.is_some() => Some(Event {
             type_: EventType::Normal,
             reason: reason::UPDATED.into(),
             note: Some(format!(
@@ -769,12 +1100,13 @@ async fn publish_events(
         }
         _ => None,
     };
-    if let Some(event) = event
-        && let Err(e) = ctx
-            .recorder
-            .publish(&event, &super::object_ref(watch))
-            .await
-    {
+    if let Some(event) = event {
+        publish(watch, &event, ctx).await;
+    }
+}
+
+async fn publish(watch: &ImageWatch, event: &Event, ctx: &Context) {
+    if let Err(e) = ctx.recorder.publish(event, &super::object_ref(watch)).await {
         tracing::warn!(error = %e, "cannot publish Event");
     }
 }

@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 use super::Context;
 use crate::{registry::RepositoryRef, telemetry::EventLabels, triggers::RegistryEvent};
 
-/// The watches of `store` whose image is `event`'s repository. Pure over the store's snapshot.
+/// The watches of `store` whose image is `event`'s repository, or a pattern matching it (so
+/// a new repository becomes a member at once). Pure over the store's snapshot.
 pub fn watches_for(
     watches: &[Arc<DeserializeGuard<ImageWatch>>],
     event: &RegistryEvent,
@@ -28,6 +29,13 @@ pub fn watches_for(
         .iter()
         .filter(|guard| {
             guard.0.as_ref().is_ok_and(|w| {
+                if w.spec.is_pattern() {
+                    return super::members::pattern_matches(
+                        &w.spec.image,
+                        &registry,
+                        &event.repository,
+                    );
+                }
                 RepositoryRef::parse(&w.spec.image)
                     .is_ok_and(|r| r.registry == registry && r.path == event.repository)
             })
@@ -138,6 +146,36 @@ mod tests {
             watches_for(&all, &event("OTHER.example", "team/api")).len(),
             1
         );
+    }
+
+    #[test]
+    fn pattern_watches_are_woken_by_their_members_events() {
+        let all = vec![
+            watch("p", "127.0.0.1:5000/team/*/api"),
+            watch("q", "127.0.0.1:5000/team/*/*"),
+            watch("plain", "127.0.0.1:5000/team/a/api"),
+        ];
+        let names = |e: &RegistryEvent| -> Vec<String> {
+            watches_for(&all, e)
+                .iter()
+                .map(|r| r.name.clone())
+                .collect()
+        };
+        assert_eq!(
+            names(&event("127.0.0.1:5000", "team/a/api")),
+            vec!["p", "q", "plain"]
+        );
+        // A repository no watch knows yet, but the patterns match it.
+        assert_eq!(
+            names(&event("127.0.0.1:5000", "team/new/api")),
+            vec!["p", "q"]
+        );
+        assert_eq!(
+            names(&event("127.0.0.1:5000", "team/new/worker")),
+            vec!["q"]
+        );
+        assert!(names(&event("127.0.0.1:5000", "team/a/b/api")).is_empty());
+        assert!(names(&event("other:5000", "team/a/api")).is_empty());
     }
 
     #[test]

@@ -50,6 +50,10 @@ application/vnd.docker.distribution.manifest.v2+json";
 
 const DIGEST_HEADER: &str = "docker-content-digest";
 
+/// The repository catalog endpoint (`/v2/_catalog`) and the token scope it needs.
+const CATALOG_PATH: &str = "_catalog";
+const CATALOG_SCOPE: &str = "registry:catalog:*";
+
 /// A host's failures are logged at `warn` at most once per this window, at `debug` otherwise.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -424,6 +428,124 @@ impl RegistryClient {
         Ok((tags, pages))
     }
 
+    /// Names of every repository of `registry` (`GET /v2/_catalog`, following `Link`
+    /// pagination), sorted and without duplicates: how pattern watches find their members.
+    ///
+    /// The catalog is an extension of the distribution API. Registries that do not serve it
+    /// answer 404 (or 405); token-based registries answer 401/403 to credentials without the
+    /// `registry:catalog:*` scope. Those answers are returned as the usual errors
+    /// ([`RegistryError::NotFound`], [`RegistryError::Unauthorized`]) for the caller to
+    /// report. Names that are not valid repository names are dropped.
+    pub async fn list_repositories(
+        &self,
+        registry: &str,
+        creds: &Credentials,
+    ) -> Result<Vec<String>, RegistryError> {
+        Ok(self.list_repositories_paged(registry, creds).await?.0)
+    }
+
+    /// [`Self::list_repositories`], also returning how many pages were read.
+    pub async fn list_repositories_paged(
+        &self,
+        registry: &str,
+        creds: &Credentials,
+    ) -> Result<(Vec<String>, usize), RegistryError> {
+        #[derive(serde::Deserialize)]
+        struct Page {
+            repositories: Option<Vec<String>>,
+        }
+
+        let registry = registry.to_ascii_lowercase();
+        // The catalog is not a repository; this reference only carries the host (rate limit,
+        // learnt auth scheme, token cache) and names the endpoint in errors.
+        let target = RepositoryRef {
+            registry: registry.clone(),
+            path: CATALOG_PATH.to_string(),
+        };
+        let scheme = self.scheme_for(&registry);
+        let base =
+            Url::parse(&format!("{scheme}://{registry}/v2/{CATALOG_PATH}")).map_err(|e| {
+                RegistryError::InvalidReference(format!(
+                    "cannot form the catalog URL of {registry}: {e}"
+                ))
+            })?;
+        let mut url = base.clone();
+        let mut page_size = self.inner.paging.page_size;
+        if let Some(n) = page_size {
+            url.query_pairs_mut().append_pair("n", &n.to_string());
+        }
+        let mut visited = HashSet::new();
+        let mut names = Vec::new();
+        let mut pages = 0usize;
+        let mut dropped = 0usize;
+        loop {
+            if pages >= self.inner.paging.max_pages {
+                return Err(RegistryError::Protocol(format!(
+                    "{registry}: repository catalog still continues after {pages} pages; refusing to read further"
+                )));
+            }
+            if !visited.insert(url.to_string()) {
+                return Err(RegistryError::Protocol(format!(
+                    "{registry}: catalog pagination loops back to {url}"
+                )));
+            }
+            let response = self
+                .send_scoped(
+                    &target,
+                    CATALOG_SCOPE,
+                    creds,
+                    Method::GET,
+                    &url,
+                    "application/json",
+                )
+                .await?;
+            let status = response.status();
+            if !status.is_success() {
+                let failure = read_failure(response).await;
+                // Like tag lists: distribution caps `n` (`catalog.maxentries`) and refuses
+                // larger values; its default page size still works.
+                if pages == 0
+                    && page_size.is_some()
+                    && status == StatusCode::BAD_REQUEST
+                    && failure
+                        .codes
+                        .iter()
+                        .any(|c| c == "PAGINATION_NUMBER_INVALID")
+                {
+                    tracing::debug!(%registry, "registry rejected the catalog page size; retrying without n");
+                    page_size = None;
+                    url = base.clone();
+                    visited.clear();
+                    continue;
+                }
+                return Err(failure.into_error(&target, Endpoint::Registry));
+            }
+            pages += 1;
+            let next = next_link(response.headers(), &url)?;
+            let body = read_body(response, MAX_TAGS_PAGE_BYTES).await?;
+            let page: Page = serde_json::from_slice(&body).map_err(|e| {
+                RegistryError::Protocol(format!("{registry}: catalog is not valid JSON: {e}"))
+            })?;
+            for name in page.repositories.unwrap_or_default() {
+                match RepositoryRef::parse(&format!("{registry}/{name}")) {
+                    Ok(parsed) if parsed.path == name => names.push(name),
+                    _ => dropped += 1,
+                }
+            }
+            match next {
+                Some(next) => url = next,
+                None => break,
+            }
+        }
+        if dropped > 0 {
+            tracing::warn!(%registry, dropped, "registry catalog listed invalid repository names; ignored them");
+        }
+        names.sort();
+        names.dedup();
+        tracing::debug!(%registry, pages, repositories = names.len(), "listed the catalog");
+        Ok((names, pages))
+    }
+
     /// Resolves a tag (or checks a digest) to the manifest digest, as `docker pull` would
     /// see it. `Ok(None)` when the registry answers 404.
     ///
@@ -632,10 +754,24 @@ impl RegistryClient {
         accept: &str,
     ) -> Result<reqwest::Response, RegistryError> {
         let scope = format!("repository:{}:pull", repo.path);
+        self.send_scoped(repo, &scope, creds, method, url, accept)
+            .await
+    }
+
+    /// [`Self::send`] with an explicit token scope (the catalog needs `registry:catalog:*`).
+    async fn send_scoped(
+        &self,
+        repo: &RepositoryRef,
+        scope: &str,
+        creds: &Credentials,
+        method: Method,
+        url: &Url,
+        accept: &str,
+    ) -> Result<reqwest::Response, RegistryError> {
         let mut auth = match self.remembered_scheme(&repo.registry) {
             Some(AuthScheme::Basic) => creds.basic_header().map(SentAuth::Basic),
             Some(AuthScheme::Bearer { realm, service }) => Some(SentAuth::Bearer(
-                self.bearer_token(repo, &scope, creds, &realm, service.as_deref(), None)
+                self.bearer_token(repo, scope, creds, &realm, service.as_deref(), None)
                     .await?,
             )),
             None => None,
@@ -683,15 +819,8 @@ impl RegistryClient {
                         _ => None,
                     };
                     Some(SentAuth::Bearer(
-                        self.bearer_token(
-                            repo,
-                            &scope,
-                            creds,
-                            &realm,
-                            service.as_deref(),
-                            rejected,
-                        )
-                        .await?,
+                        self.bearer_token(repo, scope, creds, &realm, service.as_deref(), rejected)
+                            .await?,
                     ))
                 }
             };

@@ -586,6 +586,57 @@ pub fn expand_captures(template: &str, captures: &[String]) -> String {
     out
 }
 
+/// The capture numbers `template` refers to, in order of appearance, under the grammar of
+/// [`expand_captures`]: `$1`, `${1}`, and `$$` for a literal `$`. Any other `$` (a `$0`, a
+/// `$` followed by a letter or by nothing, an unclosed `${`) is an error whose message quotes
+/// it, so a pattern watch can refuse a target it would otherwise write to a wrong path.
+///
+/// `capture_references("services/$1/${2}/cost$$") == Ok(vec![1, 2])`.
+pub fn capture_references(template: &str) -> Result<Vec<usize>, String> {
+    let mut found = Vec::new();
+    let mut rest = template;
+    while let Some(index) = rest.find('$') {
+        let after = &rest[index + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            rest = tail;
+            continue;
+        }
+        let (digits, consumed) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], end + 2),
+                None => {
+                    return Err(format!("\"${{\" without a closing \"}}\" in {template:?}"));
+                }
+            }
+        } else {
+            let end = after
+                .bytes()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(after.len());
+            (&after[..end], end)
+        };
+        let quoted = &rest[index..index + 1 + consumed];
+        let number = (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| digits.parse::<usize>().ok())
+            .flatten();
+        match number {
+            Some(0) => {
+                return Err(format!(
+                    "{quoted:?} in {template:?}: captures count from $1"
+                ));
+            }
+            Some(n) => found.push(n),
+            None => {
+                return Err(format!(
+                    "a '$' in {template:?} must be followed by a capture number ($1, ${{1}}) or by another '$' (a literal '$')"
+                ));
+            }
+        }
+        rest = &after[consumed..];
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 #[path = "ecr_tests.rs"]
 pub(crate) mod moto_tests;
@@ -671,6 +722,32 @@ mod tests {
         assert_eq!(expand_captures("$12-$1", &many), "c12-c1");
         // Non-ASCII text around references survives.
         assert_eq!(expand_captures("é/$1/ü", &c), "é/billing/ü");
+    }
+
+    #[test]
+    fn capture_references_follow_the_expansion_grammar() {
+        assert_eq!(
+            capture_references("services/$1/$2/$3/overlays/stg"),
+            Ok(vec![1, 2, 3])
+        );
+        assert_eq!(capture_references("x/${2}y/$1"), Ok(vec![2, 1]));
+        assert_eq!(capture_references("cost $$5"), Ok(vec![]));
+        assert_eq!(capture_references("plain/path"), Ok(vec![]));
+        assert_eq!(capture_references("$12-$1"), Ok(vec![12, 1]));
+        let zero = capture_references("a/$0/b").unwrap_err();
+        assert!(
+            zero.contains("\"$0\"") && zero.contains("from $1"),
+            "{zero}"
+        );
+        for bad in ["a/$x", "trailing/$", "brace/${x}", "brace/${}", "open/${1"] {
+            assert!(capture_references(bad).is_err(), "{bad} accepted");
+        }
+        // Whatever it accepts, expansion replaces completely.
+        let caps: Vec<String> = (1..=3).map(|i| format!("c{i}")).collect();
+        for ok in ["services/$1/${2}/$3", "a$$b/$1"] {
+            assert!(capture_references(ok).is_ok());
+            assert!(!expand_captures(ok, &caps).contains("$1"));
+        }
     }
 
     #[test]
