@@ -213,6 +213,16 @@ impl Ground {
     /// Renders the chart with the real helm and applies its ServiceAccount and RBAC into
     /// `namespace` under `release`, so tests run the operator with exactly the chart's rights.
     pub fn install_chart_rbac(&self, release: &str, namespace: &str) -> anyhow::Result<()> {
+        self.install_chart_rbac_with(release, namespace, &[])
+    }
+
+    /// Like [`Ground::install_chart_rbac`], rendered with `--set` values (e.g. `shards=6`).
+    pub fn install_chart_rbac_with(
+        &self,
+        release: &str,
+        namespace: &str,
+        set: &[&str],
+    ) -> anyhow::Result<()> {
         let helm = self.helm()?;
         let out = Command::new(helm)
             .args([
@@ -226,6 +236,7 @@ impl Ground {
                 "--show-only",
                 "templates/rbac.yaml",
             ])
+            .args(set.iter().flat_map(|s| ["--set", s]))
             .output()
             .context("running helm template")?;
         if !out.status.success() {

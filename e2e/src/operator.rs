@@ -88,7 +88,16 @@ impl Operator {
             "{} not built; run `cargo build` first",
             bin.display()
         );
-        self.metrics_addr = format!("127.0.0.1:{}", free_port()?);
+        // A test that must know the address before the start (e.g. to tell peers) sets
+        // IMAGEWATCH_METRICS_ADDR itself.
+        self.metrics_addr = match self
+            .env
+            .iter()
+            .find(|(k, _)| k == "IMAGEWATCH_METRICS_ADDR")
+        {
+            Some((_, addr)) => addr.clone(),
+            None => format!("127.0.0.1:{}", free_port()?),
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

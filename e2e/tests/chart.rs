@@ -18,6 +18,8 @@ use serde_json::Value;
 /// Values turning on every optional part of the chart.
 const ALL_VALUES: &str = r#"
 replicaCount: 3
+shards: 12
+leaseDuration: 20s
 serviceAccount:
   annotations:
     eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/imagewatch
@@ -284,6 +286,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         ("IMAGEWATCH_REGISTRY_TIMEOUT", "45s"),
         ("IMAGEWATCH_MAX_TAGS", "500"),
         ("IMAGEWATCH_LOG_FORMAT", "text"),
+        ("IMAGEWATCH_SHARDS", "12"),
+        ("IMAGEWATCH_LEASE_DURATION", "20s"),
         ("RUST_LOG", "info,imagewatch=debug"),
         ("AWS_REGION", "ap-northeast-1"),
         ("HTTPS_PROXY", "http://proxy.example.com:3128"),
@@ -292,7 +296,13 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
     }
     // Every variable the chart sets for the operator is one `imagewatch run` reads.
-    let foreign = ["POD_NAME", "RUST_LOG", "AWS_REGION", "HTTPS_PROXY"];
+    let foreign = [
+        "POD_NAME",
+        "POD_IP",
+        "RUST_LOG",
+        "AWS_REGION",
+        "HTTPS_PROXY",
+    ];
     for name in env.keys() {
         assert!(
             known_env.contains(name) || foreign.contains(&name.as_str()),
@@ -368,7 +378,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         policy["spec"]["policyTypes"],
         serde_json::json!(["Ingress", "Egress"])
     );
-    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(2));
+    // Peers (replicas forwarding events), metrics, webhook.
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(3));
 
     // The RBAC stays least-privilege: no wildcard, no write verb on anything but status,
     // Events and Leases.
@@ -392,10 +403,13 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
                 .flatten()
                 .any(|v| writes.contains(&v.as_str().unwrap_or_default()));
             if writes_something {
+                // The one Secret write: the namespaced Role creating the peer token (HA).
+                let peer_token = role["kind"] == "Role" && resources == ["secrets"];
                 assert!(
-                    resources
-                        .iter()
-                        .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
+                    peer_token
+                        || resources
+                            .iter()
+                            .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
                     "write access beyond status, events and leases: {text}"
                 );
             }
@@ -407,11 +421,30 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     }
 
     // Without Git locations from Argo CD: no Application access and no Secret listing.
-    let narrow = values_file(tmp.path(), "narrow.yaml", "rbac: {gitFromArgocd: false}")?;
+    let narrow = values_file(
+        tmp.path(),
+        "narrow.yaml",
+        "rbac: {gitFromArgocd: false, argocdApplications: false}",
+    )?;
     let docs = documents(&render("iw", "imagewatch-system", &[&narrow])?)?;
     let rules = one(&docs, "ClusterRole")?["rules"].clone();
     let text = rules.to_string();
     assert!(!text.contains("argoproj.io"), "{text}");
+    // Promotion gates alone keep `get` on Applications, without listing Secrets.
+    let gates = values_file(tmp.path(), "gates.yaml", "rbac: {gitFromArgocd: false}")?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&gates])?)?;
+    let gate_rules = one(&docs, "ClusterRole")?["rules"].clone();
+    assert!(
+        gate_rules.to_string().contains("argoproj.io"),
+        "{gate_rules}"
+    );
+    let gate_secrets = gate_rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["resources"] == serde_json::json!(["secrets"]))
+        .context("no Secret rule")?;
+    assert_eq!(gate_secrets["verbs"], serde_json::json!(["get"]));
     let secrets = rules
         .as_array()
         .into_iter()
@@ -449,6 +482,65 @@ fn the_values_schema_refuses_bad_values() -> anyhow::Result<()> {
             err.contains("schema") && err.contains(mentions),
             "{values}: error does not name {mentions:?}:\n{err}"
         );
+    }
+    Ok(())
+}
+
+#[test]
+fn several_replicas_need_shards_and_get_the_lease_settings() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let chart = chart_dir().display().to_string();
+    // Replicas without shards would all write every repository: refused with the fix.
+    let unsharded = values_file(tmp.path(), "unsharded.yaml", "replicaCount: 3")?;
+    let (ok, _, err) = helm(&["template", "iw", &chart, "-f", &unsharded])?;
+    assert!(!ok, "helm template accepted replicas without shards");
+    assert!(err.contains("shards > 0"), "{err}");
+
+    let ha = values_file(
+        tmp.path(),
+        "ha.yaml",
+        "replicaCount: 3\nshards: 12\nleaseDuration: 20s\nnetworkPolicy: {enabled: true}",
+    )?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&ha])?)?;
+    let deployment = one(&docs, "Deployment")?;
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let env = container_env(deployment);
+    assert_eq!(env["IMAGEWATCH_SHARDS"], "12");
+    assert_eq!(env["IMAGEWATCH_LEASE_DURATION"], "20s");
+    assert_eq!(env["IMAGEWATCH_LEASE_PREFIX"], "iw-imagewatch");
+    assert_eq!(env["POD_IP"], "fieldRef:status.podIP");
+    assert_eq!(env["IMAGEWATCH_PEER_URL"], "http://$(POD_IP):8080");
+    // Every variable the chart sets is one the binary reads (or a Downward API input).
+    let known = run_env_names()?;
+    for name in env.keys() {
+        assert!(
+            known.contains(name) || name == "POD_IP" || name == "RUST_LOG",
+            "{name} is not read by imagewatch run"
+        );
+    }
+    // The namespaced Role: Leases, plus creating the peer token Secret.
+    let role = kind(&docs, "Role")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "iw-imagewatch-leases")
+        .context("no leases Role")?;
+    let rules = role["rules"].to_string();
+    assert!(
+        rules.contains("\"leases\"") && rules.contains("\"delete\""),
+        "{rules}"
+    );
+    assert!(rules.contains("\"secrets\""), "{rules}");
+    // Replicas reach each other's metrics port.
+    let policy = one(&docs, "NetworkPolicy")?;
+    assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(2));
+    assert!(
+        policy["spec"]["ingress"][0]["from"][0]["podSelector"].is_object(),
+        "{policy}"
+    );
+
+    // A single replica without shards has no Secret write at all.
+    let docs = documents(&render("iw", "imagewatch-system", &[])?)?;
+    for role in kind(&docs, "Role") {
+        assert!(!role["rules"].to_string().contains("secrets"), "{role}");
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the controller: watch ImageWatch objects and commit new tags to Git.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions (ImageWatch, PromotionPolicy) as YAML.
     Crds(CrdsArgs),
     /// Set an image in files on disk (offline; for CI and humans).
@@ -32,7 +32,7 @@ pub enum Command {
     ///
     /// Example: imagewatch set-image --path apps/my-api/overlays/stg --workload Deployment/my-api
     /// --container my-api --tag v1.2.4
-    SetImage(SetImageArgs),
+    SetImage(Box<SetImageArgs>),
 }
 
 /// Log output format.
@@ -151,6 +151,25 @@ pub struct RunArgs {
     /// Tags kept per repository scan (the newest ones).
     #[arg(long, env = "IMAGEWATCH_MAX_TAGS", default_value_t = 1000)]
     pub max_tags: usize,
+    /// Split the work over replicas in this many shards (by Git repository), each held by a
+    /// coordination.k8s.io Lease in the operator's namespace. 0: no sharding (one replica
+    /// does everything; run a single replica).
+    #[arg(long, env = "IMAGEWATCH_SHARDS", default_value_t = 0)]
+    pub shards: u32,
+    /// Lease duration of a shard: a replica that stopped renewing loses its shards after this
+    /// long, e.g. 15s.
+    #[arg(long, env = "IMAGEWATCH_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
+    pub lease_duration: Duration,
+    /// Prefix of the Lease names (and of the peer token Secret), e.g. the release name.
+    #[arg(long, env = "IMAGEWATCH_LEASE_PREFIX", default_value = "imagewatch")]
+    pub lease_prefix: String,
+    /// This replica's identity on the Leases; from the Downward API.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// URL other replicas forward registry events to (this replica's metrics server, e.g.
+    /// http://10.0.0.5:8080); unset: events received by another replica are not forwarded here.
+    #[arg(long, env = "IMAGEWATCH_PEER_URL")]
+    pub peer_url: Option<String>,
     /// Timeout of one registry request, e.g. 30s.
     #[arg(long, env = "IMAGEWATCH_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_duration_arg)]
     pub registry_timeout: Duration,

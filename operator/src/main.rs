@@ -35,7 +35,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(imagewatch::controller::run(args)) {
+            match runtime.block_on(imagewatch::controller::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "imagewatch stopped");

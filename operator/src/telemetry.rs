@@ -303,6 +303,7 @@ impl Metrics {
 pub async fn serve(
     addr: std::net::SocketAddr,
     metrics: Arc<Metrics>,
+    extra: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::{Router, http::StatusCode, routing::get};
@@ -337,7 +338,8 @@ pub async fn serve(
                     }
                 }
             }),
-        );
+        )
+        .merge(extra);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
     axum::serve(listener, app)

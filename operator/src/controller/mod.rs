@@ -98,6 +98,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// HA sharding: which Git repositories this replica writes to (None: all of them).
+    pub shards: Option<Arc<shard::ShardManager>>,
     /// Consecutive transient failures per object, for backoff.
     failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ImageWatch>>, u32>>,
 }
@@ -127,7 +129,17 @@ impl Context {
             registry,
             writer,
             metrics,
+            shards: None,
             failures: Mutex::default(),
+        }
+    }
+
+    /// A hold on the shard of the Git repository `key`; None when another replica owns it.
+    /// Always granted without sharding.
+    pub fn enter_shard(&self, key: &str) -> Option<Option<shard::ShardGuard>> {
+        match &self.shards {
+            None => Some(None),
+            Some(shards) => shards.enter(key).map(Some),
         }
     }
 
@@ -203,6 +215,32 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ecr,
     );
     ctx.argocd_namespace = args.argocd_namespace.clone();
+    let mut acquired_shards = None;
+    if args.shards > 0 {
+        let identity = args
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("imagewatch-{}", std::process::id()));
+        let (manager, acquired) = shard::ShardManager::new(
+            client.clone(),
+            shard::ShardOptions {
+                shards: args.shards,
+                lease_duration: args.lease_duration,
+                namespace: args.pod_namespace.clone(),
+                identity: identity.clone(),
+                prefix: args.lease_prefix.clone(),
+                peer_url: args.peer_url.clone(),
+            },
+            metrics.clone(),
+        );
+        if let Err(e) = manager.load_peer_token().await {
+            tracing::warn!(error = %e, "cannot read or create the peer token Secret; registry events received here are not forwarded to other replicas");
+        }
+        tracing::info!(shards = args.shards, %identity, "sharding by Git repository over Leases");
+        ctx.shards = Some(manager);
+        acquired_shards = Some(acquired);
+    }
     let ctx = Arc::new(ctx);
 
     let api: Api<DeserializeGuard<ImageWatch>> = match &args.namespace {
@@ -218,19 +256,42 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         signal_token.cancel();
     });
 
+    // Registry events (webhooks, SQS, peers) → rescans and reconciles of the watches that use
+    // the repository.
+    let (event_tx, event_rx) = tokio::sync::mpsc::channel::<crate::triggers::RegistryEvent>(4096);
+    let (reconcile_tx, reconcile_rx) = tokio::sync::mpsc::channel(4096);
+
     let server_token = shutdown.clone();
+    let peer_routes = match &ctx.shards {
+        Some(shards) => shard::peer_router(shards.clone(), event_tx.clone()),
+        None => axum::Router::new(),
+    };
     let server = tokio::spawn(crate::telemetry::serve(
         args.metrics_addr,
         metrics.clone(),
+        peer_routes,
         async move { server_token.cancelled().await },
     ));
-
-    // Registry events (webhooks, SQS) → rescans and reconciles of the watches that use the
-    // repository.
-    let (event_tx, event_rx) = tokio::sync::mpsc::channel::<crate::triggers::RegistryEvent>(4096);
-    let (reconcile_tx, reconcile_rx) = tokio::sync::mpsc::channel(4096);
+    tokio::spawn(export_queue_depths(
+        metrics.clone(),
+        event_tx.clone(),
+        reconcile_tx.clone(),
+        shutdown.clone(),
+    ));
     let controller = Controller::new(api, watcher::Config::default().any_semantic());
     let _ = ctx.store.set(controller.store());
+    let shard_task = match (&ctx.shards, acquired_shards) {
+        (Some(shards), Some(acquired)) => {
+            tokio::spawn(wake_acquired(
+                acquired,
+                controller.store(),
+                ctx.clone(),
+                reconcile_tx.clone(),
+            ));
+            Some(tokio::spawn(shards.clone().run(shutdown.clone())))
+        }
+        _ => None,
+    };
     tokio::spawn(routing::route(
         event_rx,
         controller.store(),
@@ -280,10 +341,86 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         },
         promotions
     );
+    // Release the shards (after the last reconcile) so other replicas take them at once.
+    if let Some(task) = shard_task {
+        let _ = task.await;
+    }
     match server.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// Wakes the watches of each shard this replica takes over: their repositories are rescanned
+/// (the previous holder may have seen events this replica did not).
+async fn wake_acquired(
+    mut acquired: tokio::sync::mpsc::UnboundedReceiver<u32>,
+    store: kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
+    ctx: Arc<Context>,
+    reconcile: tokio::sync::mpsc::Sender<ObjectRef<DeserializeGuard<ImageWatch>>>,
+) {
+    let Some(shards) = ctx.shards.clone() else {
+        return;
+    };
+    while let Some(shard) = acquired.recv().await {
+        let mut woken = 0usize;
+        for guard in store.state() {
+            if let Ok(watch) = &guard.0 {
+                // Watches without spec.git resolve their repository in the reconcile.
+                if let Some(git) = &watch.spec.git
+                    && shards.shard_for(&git.url) != shard
+                {
+                    continue;
+                }
+                if let Ok(repo) = crate::registry::RepositoryRef::parse(&watch.spec.image) {
+                    ctx.index.invalidate(&repo.registry, &repo.path);
+                }
+            }
+            woken += 1;
+            if reconcile
+                .send(ObjectRef::from_obj(guard.as_ref()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        tracing::debug!(
+            shard,
+            watches = woken,
+            "woke the watches of an acquired shard"
+        );
+    }
+}
+
+/// Exports the fill of the event and reconcile queues every few seconds.
+async fn export_queue_depths<A, B>(
+    metrics: Arc<Metrics>,
+    events: tokio::sync::mpsc::Sender<A>,
+    reconciles: tokio::sync::mpsc::Sender<B>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use crate::telemetry::QueueLabels;
+    loop {
+        for (name, depth) in [
+            ("events", events.max_capacity() - events.capacity()),
+            (
+                "reconciles",
+                reconciles.max_capacity() - reconciles.capacity(),
+            ),
+        ] {
+            metrics
+                .queue_depth
+                .get_or_create(&QueueLabels {
+                    queue: name.to_string(),
+                })
+                .set(depth as i64);
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
     }
 }
 

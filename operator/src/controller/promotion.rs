@@ -325,6 +325,19 @@ async fn reconcile(
     };
     let interval =
         parse_duration(policy.spec.interval_or_default()).unwrap_or(Duration::from_secs(60));
+    // HA: the replica holding the shard of the target repository (or, without spec.to.git,
+    // of the policy itself) promotes.
+    let shard_key = match &policy.spec.to.git {
+        Some(git) => git.url.clone(),
+        None => format!(
+            "promotionpolicy:{}/{}",
+            policy.namespace().unwrap_or_default(),
+            policy.name_any()
+        ),
+    };
+    let Some(_shard) = shared.ctx.enter_shard(&shard_key) else {
+        return Ok(Action::requeue(interval));
+    };
     let result = reconcile_policy(policy, &shared).await;
     let outcome_label = match &result {
         Ok(o) => match &o.delivery {

@@ -97,10 +97,19 @@ pub async fn reconcile(
     };
     let interval =
         parse_duration(watch.spec.interval_or_default()).unwrap_or(Duration::from_secs(300));
+    // HA: only the replica holding the shard of the watch's Git repository works on it (and
+    // holds the shard until the status is written).
+    let _shard = match &ctx.shards {
+        None => None,
+        Some(_) => match ctx.enter_shard(&shard_key(watch, &ctx).await) {
+            Some(guard) => guard,
+            None => return Ok(Action::requeue(interval)),
+        },
+    };
     let started = std::time::Instant::now();
     let result = reconcile_watch(watch, &ctx).await;
     let outcome_label = match &result {
-        Ok(_) => "ok",
+        Ok(reconciled) => reconciled.metric_label(),
         Err(e) => e.category(),
     };
     ctx.metrics
@@ -816,6 +825,28 @@ pub fn target_spec(
         });
     }
     Err("spec.target is empty".into())
+}
+
+/// The Git repository that decides a watch's shard: `spec.git.url`, else the repository of
+/// the Argo CD Application managing it; when neither resolves, the watch itself (so exactly
+/// one replica reports the problem).
+async fn shard_key(watch: &ImageWatch, ctx: &Context) -> String {
+    if let Some(git) = &watch.spec.git {
+        return git.url.clone();
+    }
+    let namespace = watch.namespace().unwrap_or_default();
+    match super::argocd::resolve(
+        &ctx.client,
+        &ctx.argocd_namespace,
+        &namespace,
+        watch.annotations(),
+        watch.labels(),
+    )
+    .await
+    {
+        Ok((source, _)) => source.repo_url,
+        Err(_) => format!("imagewatch:{namespace}/{}", watch.name_any()),
+    }
 }
 
 /// `spec.git`, or the Argo CD Application managing the watch.

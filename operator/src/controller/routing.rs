@@ -92,6 +92,13 @@ pub async fn route(
             continue;
         }
         tracing::info!(registry = %event.registry, repository = %event.repository, tag = ?event.tag, source = event.source, watches = targets.len(), "registry event");
+        // With several replicas, the owner of a watch's shard may be another replica: tell
+        // every peer (an event from a peer is not passed on again).
+        if event.source != "peer"
+            && let Some(shards) = &ctx.shards
+        {
+            shards.forward(&event);
+        }
         ctx.index
             .invalidate(&event.registry.to_ascii_lowercase(), &event.repository);
         ctx.pending

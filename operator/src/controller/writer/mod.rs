@@ -415,7 +415,15 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
         jobs.into_iter().map(|j| (j.request, j.reply)).unzip();
     let count = requests.len();
     let task_shared = shared.clone();
+    // One span per batch (fetch, plan, commit, push): its log lines carry the repository.
+    let span = tracing::info_span!(
+        "commit",
+        repository = %requests.first().map(|r| r.url.as_str()).unwrap_or_default(),
+        branch = %requests.first().map(|r| r.branch.as_str()).unwrap_or_default(),
+        intents = count,
+    );
     let outcome = tokio::task::spawn_blocking(move || {
+        let _span = span.enter();
         let options = &task_shared.options;
         let crash_point = options.crash_point;
         let hook = options.hook.clone();
