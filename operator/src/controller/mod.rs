@@ -274,6 +274,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     ));
     tokio::spawn(export_queue_depths(
         metrics.clone(),
+        ctx.registry.clone(),
         event_tx.clone(),
         reconcile_tx.clone(),
         shutdown.clone(),
@@ -394,15 +395,29 @@ async fn wake_acquired(
     }
 }
 
-/// Exports the fill of the event and reconcile queues every few seconds.
+/// Exports the fill of the event and reconcile queues, and the registry token fetches (as
+/// credential refreshes), every few seconds.
 async fn export_queue_depths<A, B>(
     metrics: Arc<Metrics>,
+    registry: RegistryClient,
     events: tokio::sync::mpsc::Sender<A>,
     reconciles: tokio::sync::mpsc::Sender<B>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    use crate::telemetry::QueueLabels;
+    use crate::telemetry::{CredentialLabels, QueueLabels};
+    let mut token_fetches = 0u64;
     loop {
+        let fetched = registry.token_fetches();
+        if fetched > token_fetches {
+            metrics
+                .credential_refreshes
+                .get_or_create(&CredentialLabels {
+                    kind: "registry-token".to_string(),
+                    outcome: "ok".to_string(),
+                })
+                .inc_by(fetched - token_fetches);
+            token_fetches = fetched;
+        }
         for (name, depth) in [
             ("events", events.max_capacity() - events.capacity()),
             (
