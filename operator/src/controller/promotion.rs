@@ -89,6 +89,8 @@ pub struct PromotionOptions {
     pub push_attempts: u32,
     /// Only this namespace (`None`: all).
     pub namespace: Option<String>,
+    /// Policy reconciles running at once.
+    pub concurrency: u16,
 }
 
 impl PromotionOptions {
@@ -102,6 +104,7 @@ impl PromotionOptions {
             },
             push_attempts: args.push_attempts,
             namespace: args.namespace.clone(),
+            concurrency: args.max_concurrent_reconciles.max(1),
         }
     }
 }
@@ -150,7 +153,10 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
+        );
     let store = controller.store();
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
