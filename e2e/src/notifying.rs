@@ -44,6 +44,11 @@ impl NotifyingRegistry {
             .unwrap_or_default()
     }
 
+    /// The registry's log (its access log included).
+    pub fn log_path(&self) -> std::path::PathBuf {
+        self.state.path().join("registry/registry.log")
+    }
+
     /// Runs a ground script (push-image.sh, retag.sh) against this registry.
     pub fn script(&self, name: &str, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(repo_root().join("e2e/scripts").join(name))

@@ -153,7 +153,11 @@ pub struct RunArgs {
     pub max_tags: usize,
     /// Reconciles running at once (per resource kind). Bounds memory and the load on the
     /// API server and registries when many watches wake together (start, shard takeover).
-    #[arg(long, env = "IMAGEWATCH_MAX_CONCURRENT_RECONCILES", default_value_t = 32)]
+    #[arg(
+        long,
+        env = "IMAGEWATCH_MAX_CONCURRENT_RECONCILES",
+        default_value_t = 32
+    )]
     pub max_concurrent_reconciles: u16,
     /// Split the work over replicas in this many shards (by Git repository), each held by a
     /// coordination.k8s.io Lease in the operator's namespace. 0: no sharding (one replica

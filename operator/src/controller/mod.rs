@@ -279,11 +279,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         reconcile_tx.clone(),
         shutdown.clone(),
     ));
-    let controller = Controller::new(api, watcher::Config::default().any_semantic())
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(args.max_concurrent_reconciles.max(1)),
-        );
+    let controller = Controller::new(api, watcher::Config::default().any_semantic()).with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(args.max_concurrent_reconciles.max(1)),
+    );
     let _ = ctx.store.set(controller.store());
     let shard_task = match (&ctx.shards, acquired_shards) {
         (Some(shards), Some(acquired)) => {

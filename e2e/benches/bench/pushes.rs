@@ -1,0 +1,379 @@
+//! Push → commit: N tags pushed at once across R image repositories, each followed by its own
+//! ImageWatch (so every push must end up in Git as exactly that tag), spread over G manifests
+//! repositories. The registry (CNCF distribution) notifies the operator's webhook receiver;
+//! the watches poll only hourly, so what is measured is the event-driven path.
+//!
+//! Watch `i` follows repository `i mod R` with pattern `c<i div R>-*` and writes
+//! `apps/w-<i>/deployment.yaml` in manifests repository `i mod G`. A push's latency is the
+//! moment its tag is first seen on the remote branch (the bare repositories are polled every
+//! 10 ms) minus the moment the registry answered its manifest `PUT`.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use imagewatch_e2e::{
+    NotifyingRegistry,
+    bench::{
+        Latencies, ProcessSample, RegistryRequests, count_registry_requests, metric_sum,
+        parse_push_sizes,
+    },
+    ground::random_suffix,
+    oci_push::{BaseImage, ImagePusher},
+    setup::create_secret,
+};
+
+use crate::common::{
+    Setup, applied_tag, deployment, file_len, manifest_path, read_range, up_to_date, watch_object,
+};
+
+/// One push scenario's size.
+#[derive(Debug, Clone, Copy)]
+pub struct PushPlan {
+    /// Tags pushed at once (= watches).
+    pub pushes: usize,
+    /// Image repositories they are spread over.
+    pub repositories: usize,
+    /// Manifests repositories the watches write to.
+    pub git_repos: usize,
+    /// Manifest `PUT`s in flight.
+    pub concurrency: usize,
+    /// Requests per second the operator allows itself per registry (`--registries-config`);
+    /// `None` keeps the operator's default.
+    pub registry_rate: Option<u32>,
+}
+
+impl PushPlan {
+    /// The plan for `pushes`: one repository per push up to 100 repositories (so 1,000 pushes
+    /// land 10 to a repository), one manifests repository per 250 watches.
+    pub fn for_pushes(pushes: usize, concurrency: usize, registry_rate: Option<u32>) -> Self {
+        Self {
+            pushes,
+            repositories: pushes.clamp(1, 100),
+            git_repos: pushes.div_ceil(250).max(1),
+            concurrency,
+            registry_rate,
+        }
+    }
+
+    /// The plans of a size list such as `1,27,1000,1000@500` (see
+    /// [`parse_push_sizes`]).
+    pub fn parse_list(text: &str, concurrency: usize) -> Result<Vec<Self>, String> {
+        Ok(parse_push_sizes(text)?
+            .into_iter()
+            .map(|(n, rate)| Self::for_pushes(n, concurrency, rate))
+            .collect())
+    }
+}
+
+/// What one push scenario measured.
+#[derive(Debug)]
+pub struct PushResult {
+    pub plan: PushPlan,
+    /// Per-push latency, over the pushes that were committed.
+    pub latencies: Option<Latencies>,
+    /// Pushes not seen in Git before the deadline.
+    pub missing: usize,
+    /// From the first `PUT` sent to the last tag seen in Git.
+    pub all_in: Duration,
+    /// From the first `PUT` sent to the last one answered.
+    pub push_phase: Duration,
+    /// Commits the operator made.
+    pub commits: usize,
+    /// Operator peak RSS, KiB.
+    pub peak_rss_kib: u64,
+    /// The operator's registry requests from the first push until every tag was committed.
+    pub requests: RegistryRequests,
+}
+
+/// How long pushes may take to reach Git before the scenario gives up on them.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
+    let n = plan.pushes;
+    let webhook = format!("127.0.0.1:{}", free_port()?);
+    let hook_token = format!("bench-{}", random_suffix());
+    let registry =
+        NotifyingRegistry::start(&format!("http://{webhook}/hooks/distribution"), &hook_token)?;
+    let host = registry.var("IMAGEWATCH_REGISTRY");
+    let user = registry.var("IMAGEWATCH_REGISTRY_USER");
+    let password = registry.var("IMAGEWATCH_REGISTRY_PASSWORD");
+
+    let mut setup = Setup::new("bench").await?;
+    let ns = setup.ns.name.clone();
+    create_secret(
+        &setup.admin,
+        &ns,
+        "hooks",
+        "Opaque",
+        &[("distribution-token", &hook_token)],
+    )
+    .await?;
+    setup
+        .registry_secret("benchreg", &registry_dockerconfig(&host, &user, &password))
+        .await?;
+    let settings = tempfile::NamedTempFile::new()?;
+    let mut flags = vec![
+        "--webhook-addr",
+        &webhook,
+        "--webhook-secret",
+        "hooks",
+        "--pod-namespace",
+        &ns,
+        "--insecure-registry",
+        &host,
+    ];
+    if let Some(rate) = plan.registry_rate {
+        std::fs::write(
+            settings.path(),
+            serde_json::json!({"registries": {"*": {"ratePerSecond": rate, "burst": rate}}})
+                .to_string(),
+        )?;
+        flags.extend([
+            "--registries-config",
+            settings.path().to_str().unwrap_or_default(),
+        ]);
+    }
+    // The webhook receiver must listen before the first push: the registry delivers its
+    // events in order and retries a refused one, so later events would queue behind it.
+    let operator = setup.start_operator(&flags)?;
+
+    // Image repositories with every watch's current tag.
+    let prefix = format!("bench-{}", random_suffix());
+    let repos: Vec<String> = (0..plan.repositories)
+        .map(|r| format!("{prefix}/app-{r}"))
+        .collect();
+    let pusher = ImagePusher::basic(&host, &user, &password)?;
+    let base = BaseImage::new(&format!("{prefix}/base"));
+    pusher.upload_base(&base).await?;
+    futures::stream::iter(&repos)
+        .map(|r| pusher.mount_base(&base, r))
+        .buffer_unordered(plan.concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let watch = |i: usize| {
+        let r = i % plan.repositories;
+        let k = i / plan.repositories;
+        (
+            format!("w-{i}"),
+            &repos[r],
+            format!("c{k}"),
+            i % plan.git_repos,
+        )
+    };
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (_, repo, stream, _) = watch(i);
+            let (pusher, base) = (&pusher, &base);
+            async move {
+                pusher
+                    .push_tag(base, repo, &format!("{stream}-v1.0.0"))
+                    .await
+            }
+        })
+        .buffer_unordered(plan.concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    // Manifests repositories and watches.
+    let mut urls = Vec::new();
+    let mut expected: Vec<HashMap<String, (usize, String)>> = vec![HashMap::new(); plan.git_repos];
+    for (g, expected) in expected.iter_mut().enumerate() {
+        let files: Vec<(String, String)> = (0..n)
+            .filter(|i| watch(*i).3 == g)
+            .map(|i| {
+                let (name, repo, stream, _) = watch(i);
+                expected.insert(manifest_path(&name), (i, format!("{stream}-v1.1.0")));
+                (
+                    manifest_path(&name),
+                    deployment(&name, &format!("{host}/{repo}:{stream}-v1.0.0")),
+                )
+            })
+            .collect();
+        urls.push(setup.git_repo(&format!("bench-{ns}-{g}"), &files)?);
+    }
+    let objects = (0..n)
+        .map(|i| {
+            let (name, repo, stream, g) = watch(i);
+            watch_object(
+                &name,
+                &format!("{host}/{repo}"),
+                &format!("{stream}-*"),
+                "1h",
+                &urls[g],
+                "benchreg",
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    setup.create_watches(objects).await?;
+    setup
+        .wait_watches(
+            n,
+            "Ready=True UpToDate",
+            Duration::from_secs(600),
+            up_to_date,
+        )
+        .await?;
+    // Every event of the setup pushes has been received (the registry sends them in order).
+    imagewatch_e2e::wait_until(
+        "the setup pushes' events to reach the operator",
+        Duration::from_secs(120),
+        || async {
+            let metrics = operator.metrics().await?;
+            let received = metric_sum(
+                &metrics,
+                "imagewatch_events_total",
+                &[("source", "distribution")],
+            );
+            Ok((received >= n as f64).then_some(()))
+        },
+    )
+    .await?;
+    let commits_before = setup.commit_count()?;
+    let log = registry.log_path();
+    let log_before = file_len(&log);
+
+    // Watch the remote branches, then push every new tag at once.
+    let dirs: Vec<PathBuf> = (0..plan.git_repos)
+        .map(|g| setup.git_dir(&format!("bench-{ns}-{g}")))
+        .collect::<anyhow::Result<_>>()?;
+    let deadline = Instant::now() + DEADLINE;
+    let probe = tokio::task::spawn_blocking(move || probe(dirs, expected, n, deadline));
+    let started = Instant::now();
+    let pushed: HashMap<usize, Instant> = futures::stream::iter(0..n)
+        .map(|i| {
+            let (_, repo, stream, _) = watch(i);
+            let (pusher, base) = (&pusher, &base);
+            async move {
+                pusher
+                    .push_tag(base, repo, &format!("{stream}-v1.1.0"))
+                    .await
+                    .map(|_| (i, Instant::now()))
+            }
+        })
+        .buffer_unordered(plan.concurrency)
+        .try_collect()
+        .await?;
+    let push_phase = pushed
+        .values()
+        .max()
+        .map_or(Duration::ZERO, |t| t.duration_since(started));
+    let seen = probe.await??;
+    let samples: Vec<Duration> = seen
+        .iter()
+        .map(|(i, at)| at.saturating_duration_since(pushed[i]))
+        .collect();
+    let all_in = seen
+        .values()
+        .max()
+        .map_or(DEADLINE, |t| t.duration_since(started));
+    let commits = setup.commit_count()? - commits_before;
+    let requests = count_registry_requests(
+        &read_range(&log, log_before, file_len(&log))?,
+        "imagewatch/",
+    );
+
+    // Let the status writes finish so they count in the peak memory.
+    if seen.len() == n {
+        let latest: Arc<HashMap<String, String>> = Arc::new(
+            (0..n)
+                .map(|i| {
+                    let (name, _, stream, _) = watch(i);
+                    (name, format!("{stream}-v1.1.0"))
+                })
+                .collect(),
+        );
+        setup
+            .wait_watches(n, "applied", Duration::from_secs(120), move |w| {
+                let name = w.metadata.name.as_deref().unwrap_or_default();
+                applied_tag(w) == latest.get(name).map(String::as_str)
+            })
+            .await?;
+    }
+    let peak_rss_kib = operator
+        .pid()
+        .and_then(ProcessSample::read)
+        .map_or(0, |s| s.hwm_kib);
+    drop(operator);
+    setup.delete_watches().await?;
+    Ok(PushResult {
+        plan,
+        latencies: Latencies::of(&samples),
+        missing: n - seen.len(),
+        all_in,
+        push_phase,
+        commits,
+        peak_rss_kib,
+        requests,
+    })
+}
+
+/// Polls the bare repositories' `main` until every expected file (path → watch, tag) holds its
+/// tag or `deadline` passes; returns when each was first seen.
+fn probe(
+    dirs: Vec<PathBuf>,
+    expected: Vec<HashMap<String, (usize, String)>>,
+    n: usize,
+    deadline: Instant,
+) -> anyhow::Result<HashMap<usize, Instant>> {
+    let repos = dirs
+        .iter()
+        .map(git2::Repository::open_bare)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut heads: Vec<Option<git2::Oid>> = repos
+        .iter()
+        .map(|r| r.refname_to_id("refs/heads/main").ok())
+        .collect();
+    let mut seen: HashMap<usize, Instant> = HashMap::new();
+    while seen.len() < n && Instant::now() < deadline {
+        for (g, repo) in repos.iter().enumerate() {
+            let Ok(head) = repo.refname_to_id("refs/heads/main") else {
+                continue;
+            };
+            if Some(head) == heads[g] {
+                continue;
+            }
+            let now = Instant::now();
+            let new_tree = repo.find_commit(head)?.tree()?;
+            let old_tree = match heads[g] {
+                Some(old) => Some(repo.find_commit(old)?.tree()?),
+                None => None,
+            };
+            let diff = repo.diff_tree_to_tree(old_tree.as_ref(), Some(&new_tree), None)?;
+            for delta in diff.deltas() {
+                let Some(path) = delta.new_file().path().and_then(|p| p.to_str()) else {
+                    continue;
+                };
+                let Some((i, tag)) = expected[g].get(path) else {
+                    continue;
+                };
+                if seen.contains_key(i) {
+                    continue;
+                }
+                let blob = repo.find_blob(delta.new_file().id())?;
+                if String::from_utf8_lossy(blob.content()).contains(&format!(":{tag}\n")) {
+                    seen.insert(*i, now);
+                }
+            }
+            heads[g] = Some(head);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(seen)
+}
+
+fn registry_dockerconfig(host: &str, user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    serde_json::json!({"auths": {host: {"auth": auth}}}).to_string()
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

@@ -1,0 +1,311 @@
+//! Many watches, steady state: W ImageWatches over R image repositories (W/R watches per
+//! repository, all in one namespace with one pull Secret, so they may share scans), polling at
+//! `interval`, writing W Deployments spread over G manifests repositories. Git already holds
+//! every current tag, so after the first sync every cycle is a no-op.
+//!
+//! The registry uses Docker token authentication with a token server in this process, so
+//! credential fetches are counted where they arrive; registry requests are counted from the
+//! registry's access log (user agent `imagewatch/…`). CPU and memory come from
+//! `/proc/PID/{stat,status}` of the operator.
+//!
+//! Measured: time to create the objects, time from the operator's start until every watch is
+//! `Ready=True UpToDate`, then a steady-state window that starts once the first sync's
+//! reconciles have died down and lasts at least `interval` and until every watch has been
+//! reconciled again (W reconciles; at most three intervals): tag-list and manifest requests,
+//! token fetches, reconciles, commits and CPU time in it. A cycle is W reconciles, so the
+//! per-cycle figures are the window's scaled by W / (reconciles in the window), and the CPU
+//! share "at `interval`" is the CPU time of one cycle over `interval`: when the operator
+//! stretches a cycle beyond its interval (waiting on rate limits), the per-interval cost is
+//! still charged to one interval.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use imagewatch_e2e::{
+    bench::{ProcessSample, RegistryRequests, count_registry_requests, metric_sum, open_fds},
+    ground::random_suffix,
+    oci_push::{Authorizer, BaseImage, ImagePusher},
+    token_registry::{TokenCounts, TokenRegistry},
+};
+
+use crate::common::{
+    Setup, clock_ticks, deployment, file_len, manifest_path, read_range, up_to_date, watch_object,
+};
+
+/// One steady-state scenario's size.
+#[derive(Debug, Clone)]
+pub struct WatchPlan {
+    /// ImageWatches.
+    pub watches: usize,
+    /// Image repositories.
+    pub repositories: usize,
+    /// Manifests repositories.
+    pub git_repos: usize,
+    /// `spec.interval` as written.
+    pub interval_text: String,
+    /// The same, parsed.
+    pub interval: Duration,
+}
+
+/// What the scenario measured.
+#[derive(Debug)]
+pub struct WatchResult {
+    pub plan: WatchPlan,
+    /// Creating the ImageWatches (32 requests in flight).
+    pub create: Duration,
+    /// Operator start → every watch Ready=True UpToDate.
+    pub first_sync: Duration,
+    /// Registry requests during the first sync.
+    pub sync_requests: RegistryRequests,
+    /// Tokens issued during the first sync.
+    pub sync_tokens: TokenCounts,
+    /// Length of the steady-state window.
+    pub window: Duration,
+    /// CPU time used in the window, seconds.
+    pub window_cpu_seconds: f64,
+    /// Registry requests in the window.
+    pub window_requests: RegistryRequests,
+    /// Tokens issued in the window.
+    pub window_tokens: TokenCounts,
+    /// Reconciles in the window.
+    pub window_reconciles: f64,
+    /// Commits in the window.
+    pub window_commits: usize,
+    /// CPU time of one cycle (W reconciles) over `interval`, percent of one core.
+    pub cpu_percent: f64,
+    /// RSS at the start of the window, KiB.
+    pub rss_after_sync_kib: u64,
+    /// Peak RSS since the operator started, KiB.
+    pub peak_rss_kib: u64,
+    /// Most file descriptors (mostly sockets) the operator held at once, sampled every 200 ms.
+    pub peak_fds: usize,
+}
+
+/// Token lifetime of the bench's token server (longer than a cycle, like most registries').
+const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+const IMAGEWATCH_AGENT: &str = "imagewatch/";
+
+pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
+    let registry = Arc::new(TokenRegistry::start(TOKEN_LIFETIME).await?);
+    let host = registry.host.clone();
+    let minting = registry.clone();
+    let authorize: Authorizer = Arc::new(move |repos: &[&str]| minting.push_authorization(repos));
+    let pusher = ImagePusher::new(&host, authorize)?;
+
+    // R repositories, one tag each.
+    let prefix = format!("scale-{}", random_suffix());
+    let repos: Vec<String> = (0..plan.repositories)
+        .map(|r| format!("{prefix}/app-{r}"))
+        .collect();
+    let base = BaseImage::new(&format!("{prefix}/base"));
+    pusher.upload_base(&base).await?;
+    let started = Instant::now();
+    futures::stream::iter(&repos)
+        .map(|r| {
+            let (pusher, base) = (&pusher, &base);
+            async move {
+                pusher.mount_base(base, r).await?;
+                pusher.push_tag(base, r, "v1.0.0").await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!(
+        "bench:   {} repositories pushed in {:.1} s",
+        repos.len(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(pusher);
+
+    let mut setup = Setup::new("scale").await?;
+    let ns = setup.ns.name.clone();
+    setup
+        .registry_secret("benchreg", &registry.dockerconfigjson())
+        .await?;
+    let watch = |i: usize| {
+        (
+            format!("w-{i}"),
+            &repos[i % plan.repositories],
+            i % plan.git_repos,
+        )
+    };
+    let mut urls = Vec::new();
+    for g in 0..plan.git_repos {
+        let files: Vec<(String, String)> = (0..plan.watches)
+            .filter(|i| watch(*i).2 == g)
+            .map(|i| {
+                let (name, repo, _) = watch(i);
+                (
+                    manifest_path(&name),
+                    deployment(&name, &format!("{host}/{repo}:v1.0.0")),
+                )
+            })
+            .collect();
+        urls.push(setup.git_repo(&format!("scale-{ns}-{g}"), &files)?);
+    }
+    let objects = (0..plan.watches)
+        .map(|i| {
+            let (name, repo, g) = watch(i);
+            watch_object(
+                &name,
+                &format!("{host}/{repo}"),
+                "v*",
+                &plan.interval_text,
+                &urls[g],
+                "benchreg",
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    eprintln!("bench:   creating {} ImageWatches …", plan.watches);
+    let create = setup.create_watches(objects).await?;
+    eprintln!("bench:   created in {:.1} s", create.as_secs_f64());
+
+    let log = registry.log_path();
+    let commits_at_start = setup.commit_count()?;
+    let operator_started = Instant::now();
+    let mut operator = setup.start_operator(&[
+        "--insecure-registry",
+        &host,
+        "--insecure-registry",
+        &registry.token_host,
+    ])?;
+    let pid = operator
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("no operator"))?;
+    let peak_fds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fd_sampler = {
+        let peak = peak_fds.clone();
+        tokio::spawn(async move {
+            while let Some(n) = open_fds(pid) {
+                peak.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let log_at_start = file_len(&log);
+    setup
+        .wait_watches(
+            plan.watches,
+            "Ready=True UpToDate",
+            Duration::from_secs(3600),
+            up_to_date,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", operator.log_tail(30)))?;
+    let first_sync = operator_started.elapsed();
+    eprintln!("bench:   first sync in {:.1} s", first_sync.as_secs_f64());
+
+    // The first sync's reconciles (and those its own status writes trigger) die down.
+    let mut last = reconciles(&operator).await?;
+    let quiet_since = Instant::now();
+    let mut quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(10)
+        && quiet_since.elapsed() < Duration::from_secs(120)
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = reconciles(&operator).await?;
+        if now != last {
+            last = now;
+            quiet = Instant::now();
+        }
+    }
+
+    let sync_log_end = file_len(&log);
+    let sync_requests = count_registry_requests(
+        &read_range(&log, log_at_start, sync_log_end)?,
+        IMAGEWATCH_AGENT,
+    );
+    let sync_tokens = registry.token_counts();
+    let commits_before = setup.commit_count()?;
+    anyhow::ensure!(
+        commits_before == commits_at_start,
+        "the first sync committed ({} commits): git was expected to be up to date",
+        commits_before - commits_at_start
+    );
+    let reconciles_before = reconciles(&operator).await?;
+    let before = ProcessSample::read(pid).ok_or_else(|| anyhow::anyhow!("operator gone"))?;
+    eprintln!(
+        "bench:   steady-state window: at least {} and {} reconciles …",
+        plan.interval_text.as_str(),
+        plan.watches
+    );
+    let ticks = clock_ticks();
+    let cap = plan.interval * 3;
+    loop {
+        let elapsed = before.at.elapsed();
+        let step = if elapsed < plan.interval {
+            (plan.interval - elapsed).min(Duration::from_secs(60))
+        } else {
+            Duration::from_secs(5)
+        };
+        tokio::time::sleep(step).await;
+        anyhow::ensure!(
+            operator.is_running(),
+            "the operator exited:\n{}",
+            operator.log_tail(30)
+        );
+        let done = reconciles(&operator).await? - reconciles_before;
+        let now = ProcessSample::read(pid).ok_or_else(|| anyhow::anyhow!("operator gone"))?;
+        let elapsed = now.at.duration_since(before.at);
+        if step >= Duration::from_secs(30) || elapsed >= plan.interval {
+            eprintln!(
+                "bench:     {:>4.0} s: {done} reconciles, CPU {:.2} % of one core, RSS {:.1} MiB",
+                elapsed.as_secs_f64(),
+                now.cpu_percent_since(&before, ticks),
+                imagewatch_e2e::bench::mib(now.rss_kib)
+            );
+        }
+        if (elapsed >= plan.interval && done >= plan.watches as f64) || elapsed >= cap {
+            break;
+        }
+    }
+    let after = ProcessSample::read(pid).ok_or_else(|| anyhow::anyhow!("operator gone"))?;
+    let window_requests = count_registry_requests(
+        &read_range(&log, sync_log_end, file_len(&log))?,
+        IMAGEWATCH_AGENT,
+    );
+    let window_tokens = registry.token_counts().since(&sync_tokens);
+    let window_reconciles = reconciles(&operator).await? - reconciles_before;
+    let window_commits = setup.commit_count()? - commits_before;
+
+    let window_cpu_seconds = after.ticks.saturating_sub(before.ticks) as f64 / ticks as f64;
+    let per_cycle = if window_reconciles > 0.0 {
+        plan.watches as f64 / window_reconciles
+    } else {
+        f64::NAN
+    };
+    let cpu_percent = 100.0 * window_cpu_seconds * per_cycle / plan.interval.as_secs_f64();
+    fd_sampler.abort();
+    operator.kill();
+    eprintln!("bench:   deleting the ImageWatches …");
+    setup.delete_watches().await?;
+    Ok(WatchResult {
+        plan,
+        create,
+        first_sync,
+        sync_requests,
+        sync_tokens,
+        window: after.at.duration_since(before.at),
+        window_cpu_seconds,
+        window_requests,
+        window_tokens,
+        window_reconciles,
+        window_commits,
+        cpu_percent,
+        rss_after_sync_kib: before.rss_kib,
+        peak_rss_kib: after.hwm_kib,
+        peak_fds: peak_fds.load(std::sync::atomic::Ordering::Relaxed),
+    })
+}
+
+async fn reconciles(operator: &imagewatch_e2e::Operator) -> anyhow::Result<f64> {
+    Ok(metric_sum(
+        &operator.metrics().await?,
+        "imagewatch_reconciles_total",
+        &[],
+    ))
+}
