@@ -74,7 +74,7 @@ kubectl -n "$NS" create secret generic git-creds --from-literal=username="$IMAGE
 say "starting the operator as ServiceAccount $NS/imagewatch (log: $DEMO/operator.log)"
 KUBECONFIG="$SA_KUBECONFIG" RUST_LOG=info target/debug/imagewatch run \
   --metrics-addr "127.0.0.1:$(free_port)" --cache-dir "$DEMO/cache" \
-  --insecure-registry "$IMAGEWATCH_REGISTRY" >"$DEMO/operator.log" 2>&1 &
+  --insecure-registry "$IMAGEWATCH_REGISTRY" --namespace "$NS" >"$DEMO/operator.log" 2>&1 &
 OP_PID=$!
 
 say "applying samples/canary-primary/imagewatches.yaml"
