@@ -174,12 +174,37 @@ impl Setup {
     }
 
     /// Deletes every ImageWatch of the namespace (the namespace itself never finishes
-    /// terminating on the ground: no controller-manager runs there).
-    pub async fn delete_watches(&self) -> anyhow::Result<()> {
-        self.watches
-            .delete_collection(&DeleteParams::default(), &ListParams::default())
-            .await?;
-        Ok(())
+    /// terminating on the ground: no controller-manager runs there), [`CREATE_CONCURRENCY`]
+    /// requests in flight: one `deletecollection` of thousands of objects outlives the
+    /// apiserver's request timeout. Failures are reported, not returned: cleaning up must
+    /// not cost the measurements.
+    pub async fn delete_watches(&self) {
+        let names = match self.watches.list_metadata(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .into_iter()
+                .filter_map(|w| w.metadata.name)
+                .collect::<Vec<_>>(),
+            Err(e) => {
+                eprintln!("bench: cannot list the ImageWatches to delete them: {e}");
+                return;
+            }
+        };
+        let failed = futures::stream::iter(names)
+            .map(|name| {
+                let api = self.watches.clone();
+                async move { api.delete(&name, &DeleteParams::default()).await.is_err() }
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .filter(|failed| futures::future::ready(*failed))
+            .count()
+            .await;
+        if failed > 0 {
+            eprintln!(
+                "bench: {failed} ImageWatches of namespace {} could not be deleted",
+                self.ns.name
+            );
+        }
     }
 }
 

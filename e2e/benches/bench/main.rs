@@ -47,8 +47,18 @@ async fn main() -> anyhow::Result<()> {
                 "bench: {} simultaneous pushes across {} repositories (registry rate {:?}) …",
                 plan.pushes, plan.repositories, plan.registry_rate
             );
-            let result = pushes::run(plan).await?;
-            checks.extend(push_checks(&result));
+            let rows = match pushes::run(plan).await {
+                Ok(result) => push_checks(&result),
+                Err(e) => vec![failed(
+                    format!(
+                        "{} pushes (registry rate {:?})",
+                        plan.pushes, plan.registry_rate
+                    ),
+                    &e,
+                )],
+            };
+            eprint!("{}", render_table(&rows));
+            checks.extend(rows);
         }
     }
     if scenarios.split(',').any(|s| s.trim() == "watches") {
@@ -67,13 +77,33 @@ async fn main() -> anyhow::Result<()> {
             "bench: {} watches over {} repositories, interval {} …",
             plan.watches, plan.repositories, plan.interval_text
         );
-        let result = watches::run(plan).await?;
-        checks.extend(watch_checks(&result));
+        let name = format!(
+            "{} watches / {} repositories",
+            plan.watches, plan.repositories
+        );
+        let rows = match watches::run(plan).await {
+            Ok(result) => watch_checks(&result),
+            Err(e) => vec![failed(name, &e)],
+        };
+        eprint!("{}", render_table(&rows));
+        checks.extend(rows);
     }
     let machine = Machine::detect(&imagewatch_e2e::operator::binary());
     println!("Measured {} on {machine}.\n", jiff::Zoned::now().date());
     print!("{}", render_table(&checks));
     Ok(())
+}
+
+/// The row of a scenario that could not finish.
+fn failed(scenario: String, error: &anyhow::Error) -> Check {
+    let message = format!("{error:#}");
+    let first = message.lines().next().unwrap_or_default();
+    Check::target(
+        format!("{scenario}: scenario"),
+        "completes",
+        format!("failed: {first}"),
+        false,
+    )
 }
 
 fn secs(d: std::time::Duration) -> String {

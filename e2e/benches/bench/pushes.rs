@@ -299,7 +299,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .and_then(ProcessSample::read)
         .map_or(0, |s| s.hwm_kib);
     drop(operator);
-    setup.delete_watches().await?;
+    setup.delete_watches().await;
     Ok(PushResult {
         plan,
         latencies: Latencies::of(&samples),

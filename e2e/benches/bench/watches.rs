@@ -282,7 +282,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
     fd_sampler.abort();
     operator.kill();
     eprintln!("bench:   deleting the ImageWatches …");
-    setup.delete_watches().await?;
+    setup.delete_watches().await;
     Ok(WatchResult {
         plan,
         create,
