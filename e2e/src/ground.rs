@@ -456,11 +456,15 @@ impl Registry {
 
     /// `.dockerconfigjson` contents for this registry.
     pub fn dockerconfigjson(&self) -> String {
-        use base64::Engine;
-        let auth = base64::engine::general_purpose::STANDARD
-            .encode(format!("{}:{}", self.user, self.password));
-        serde_json::json!({"auths": {self.host.clone(): {"auth": auth}}}).to_string()
+        dockerconfigjson(&self.host, &self.user, &self.password)
     }
+}
+
+/// `.dockerconfigjson` contents giving `user:password` for `host`.
+pub fn dockerconfigjson(host: &str, user: &str, password: &str) -> String {
+    use base64::Engine;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    serde_json::json!({"auths": {host: {"auth": auth}}}).to_string()
 }
 
 /// The git server of the ground (HTTP with basic auth).

@@ -49,6 +49,15 @@ impl NotifyingRegistry {
         self.state.path().join("registry/registry.log")
     }
 
+    /// `.dockerconfigjson` contents for this registry.
+    pub fn dockerconfigjson(&self) -> String {
+        crate::ground::dockerconfigjson(
+            &self.var("IMAGEWATCH_REGISTRY"),
+            &self.var("IMAGEWATCH_REGISTRY_USER"),
+            &self.var("IMAGEWATCH_REGISTRY_PASSWORD"),
+        )
+    }
+
     /// Runs a ground script (push-image.sh, retag.sh) against this registry.
     pub fn script(&self, name: &str, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(repo_root().join("e2e/scripts").join(name))

@@ -37,7 +37,8 @@ pub fn binary() -> PathBuf {
     target.join("debug/imagewatch")
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free loopback TCP port.
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
@@ -167,6 +168,14 @@ impl Operator {
             .await?;
         Ok(body)
     }
+}
+
+/// The sum of the samples of `/metrics` text whose line starts with `prefix`.
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 impl Drop for Operator {

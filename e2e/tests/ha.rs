@@ -10,6 +10,7 @@ use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
     Ground, NotifyingRegistry, Operator, TestNamespace,
     ground::random_suffix,
+    operator::{free_port, metric},
     setup::{copy_dir, create_secret, sample},
     wait_until,
 };
@@ -19,19 +20,6 @@ use kube::{Api, api::ListParams};
 const SHARDS: u32 = 6;
 const REPOS: usize = 6;
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 /// One replica's shard ownership, from its JSON log: (shard, start, end) in wall-clock
 /// microseconds; an interval still open ends at `open_end`.
@@ -125,15 +113,7 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         &[("distribution-token", &token)],
     )
     .await?;
-    let reg_auth = {
-        use base64::Engine;
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!(
-            "{}:{}",
-            registry.var("IMAGEWATCH_REGISTRY_USER"),
-            registry.var("IMAGEWATCH_REGISTRY_PASSWORD")
-        ));
-        serde_json::json!({"auths": {host.clone(): {"auth": auth}}}).to_string()
-    };
+    let reg_auth = registry.dockerconfigjson();
     create_secret(
         &admin,
         &ns.name,

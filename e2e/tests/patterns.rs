@@ -14,15 +14,10 @@ use imagewatch_crd::{ImageWatch, imagewatch::MemberStatus};
 use imagewatch_e2e::{
     NotifyingRegistry,
     ground::{random_suffix, repo_root},
+    operator::free_port,
     setup::{Scenario, TIMEOUT, create_secret, ready},
     wait_until,
 };
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 fn members(w: &ImageWatch) -> Vec<MemberStatus> {
     w.status
@@ -86,11 +81,7 @@ async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry(
         &[("distribution-token", &token)],
     )
     .await?;
-    let dockerconfig = {
-        use base64::Engine;
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        serde_json::json!({"auths": {host.clone(): {"auth": auth}}}).to_string()
-    };
+    let dockerconfig = registry.dockerconfigjson();
     create_secret(
         &s.admin,
         &s.ns.name,

@@ -7,15 +7,10 @@ use std::{path::PathBuf, process::Command, time::Duration};
 use imagewatch_e2e::{
     NotifyingRegistry,
     ground::{random_suffix, repo_root},
+    operator::{free_port, metric},
     setup::{Scenario, copy_dir, create_secret, sample},
     wait_until,
 };
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
 
 /// Seeds a manifests repository whose canary Deployment runs `image:tag`.
 fn seed(s: &Scenario, image: &str, tag: &str) -> anyhow::Result<(String, String)> {
@@ -51,13 +46,6 @@ spec:
     )
 }
 
-fn metric(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> anyhow::Result<()> {
     let port = free_port()?;
@@ -87,15 +75,7 @@ async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> a
         &[("distribution-token", &token)],
     )
     .await?;
-    let reg_auth = {
-        use base64::Engine;
-        let auth = base64::engine::general_purpose::STANDARD.encode(format!(
-            "{}:{}",
-            registry.var("IMAGEWATCH_REGISTRY_USER"),
-            registry.var("IMAGEWATCH_REGISTRY_PASSWORD")
-        ));
-        serde_json::json!({"auths": {host.clone(): {"auth": auth}}}).to_string()
-    };
+    let reg_auth = registry.dockerconfigjson();
     create_secret(
         &s.admin,
         &s.ns.name,
