@@ -15,10 +15,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Requests per second allowed to one registry host when its settings do not say.
-pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
+/// Requests per second allowed to one registry host when its settings do not say. Registries
+/// built for machine pulls (ECR, GHCR, Harbor, distribution, Artifact Registry) take far
+/// more; a registry that throttles below it answers 429, which pauses the host for its
+/// `Retry-After`.
+pub const DEFAULT_RATE_PER_SECOND: f64 = 100.0;
 /// Requests allowed at once, before the rate applies, when the settings do not say.
-pub const DEFAULT_BURST: u32 = 20;
+pub const DEFAULT_BURST: u32 = 200;
+/// The same for Docker Hub, which limits API requests per client address and counts manifest
+/// reads as pulls.
+pub const DEFAULT_DOCKER_HUB_RATE_PER_SECOND: f64 = 10.0;
+/// Docker Hub's burst when the settings do not say.
+pub const DEFAULT_DOCKER_HUB_BURST: u32 = 20;
 
 /// How long a host stays paused after a 429 that had no usable `Retry-After`.
 pub(crate) const DEFAULT_RATE_LIMIT_PAUSE: Duration = Duration::from_secs(10);

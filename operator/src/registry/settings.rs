@@ -10,8 +10,8 @@
 //! ```yaml
 //! registries:
 //!   "*":
-//!     ratePerSecond: 10      # steady requests per second per host (default 10)
-//!     burst: 20              # requests allowed at once before the rate applies (default 20)
+//!     ratePerSecond: 100     # steady requests per second per host (default 100; Docker Hub 10)
+//!     burst: 200             # requests allowed at once before the rate applies (default 200; Docker Hub 20)
 //!     metadataBudget: 50     # created-time lookups per repository per scan (default 50)
 //!   "registry.internal:5000":
 //!     insecure: true         # plain HTTP instead of HTTPS
@@ -37,7 +37,10 @@
 use std::collections::HashMap;
 
 use super::error::RegistryError;
-use super::ratelimit::{DEFAULT_BURST, DEFAULT_RATE_PER_SECOND};
+use super::ratelimit::{
+    DEFAULT_BURST, DEFAULT_DOCKER_HUB_BURST, DEFAULT_DOCKER_HUB_RATE_PER_SECOND,
+    DEFAULT_RATE_PER_SECOND,
+};
 use super::reference::{DOCKER_HUB_REGISTRY, is_docker_hub_host};
 
 /// Key of the entry holding defaults for all hosts.
@@ -215,9 +218,18 @@ pub(crate) fn limits_for(registries: &HashMap<String, RegistrySettings>, host: &
         |f: fn(&RegistrySettings) -> Option<f64>| own.and_then(f).or_else(|| defaults.and_then(f));
     let pick_u32 =
         |f: fn(&RegistrySettings) -> Option<u32>| own.and_then(f).or_else(|| defaults.and_then(f));
+    let hub = host == DOCKER_HUB_REGISTRY;
     Limits {
-        rate_per_second: pick(|s| s.rate_per_second).unwrap_or(DEFAULT_RATE_PER_SECOND),
-        burst: pick_u32(|s| s.burst).unwrap_or(DEFAULT_BURST),
+        rate_per_second: pick(|s| s.rate_per_second).unwrap_or(if hub {
+            DEFAULT_DOCKER_HUB_RATE_PER_SECOND
+        } else {
+            DEFAULT_RATE_PER_SECOND
+        }),
+        burst: pick_u32(|s| s.burst).unwrap_or(if hub {
+            DEFAULT_DOCKER_HUB_BURST
+        } else {
+            DEFAULT_BURST
+        }),
         metadata_budget: pick_u32(|s| s.metadata_budget).unwrap_or(
             if host == DOCKER_HUB_REGISTRY {
                 DEFAULT_DOCKER_HUB_METADATA_BUDGET
@@ -261,13 +273,18 @@ registries:
         let l = limits_for(&parsed, "elsewhere.io");
         assert_eq!(
             (l.rate_per_second, l.burst, l.metadata_budget),
-            (4.0, 20, 10)
+            (4.0, DEFAULT_BURST, 10)
         );
         let l = limits_for(&parsed, DOCKER_HUB_REGISTRY);
         assert_eq!(l.metadata_budget, 0);
+        let hub = limits_for(&HashMap::new(), DOCKER_HUB_REGISTRY);
         assert_eq!(
-            limits_for(&HashMap::new(), DOCKER_HUB_REGISTRY).metadata_budget,
-            DEFAULT_DOCKER_HUB_METADATA_BUDGET
+            (hub.rate_per_second, hub.burst, hub.metadata_budget),
+            (
+                DEFAULT_DOCKER_HUB_RATE_PER_SECOND,
+                DEFAULT_DOCKER_HUB_BURST,
+                DEFAULT_DOCKER_HUB_METADATA_BUDGET
+            )
         );
         let l = limits_for(&HashMap::new(), "elsewhere.io");
         assert_eq!(
