@@ -151,8 +151,10 @@ pub struct RunArgs {
     /// Tags kept per repository scan (the newest ones).
     #[arg(long, env = "IMAGEWATCH_MAX_TAGS", default_value_t = 1000)]
     pub max_tags: usize,
-    /// Reconciles running at once (per resource kind). Bounds memory and the load on the
-    /// API server and registries when many watches wake together (start, shard takeover).
+    /// Reconciles doing registry and API work at once (per resource kind). Bounds memory and
+    /// the load on the API server and registries when many watches wake together (start,
+    /// shard takeover). An ImageWatch reconcile waiting for its commit to be pushed holds no
+    /// slot; up to 32 times this many may wait at once.
     #[arg(
         long,
         env = "IMAGEWATCH_MAX_CONCURRENT_RECONCILES",

@@ -102,7 +102,22 @@ pub struct Context {
     pub shards: Option<Arc<shard::ShardManager>>,
     /// Consecutive transient failures per object, for backoff.
     failures: Mutex<HashMap<ObjectRef<DeserializeGuard<ImageWatch>>, u32>>,
+    /// Reconciles doing registry and API work at once (`--max-concurrent-reconciles`). A
+    /// reconcile gives its slot back while it waits for the git writer, so intents keep
+    /// reaching the writer (and batch into few commits) while earlier ones are pushed.
+    work_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Work slots when not configured (the `--max-concurrent-reconciles` default).
+const DEFAULT_WORK_SLOTS: usize = 32;
+
+tokio::task_local! {
+    /// The work slot of the reconcile running on this task, if it holds one.
+    static WORK_SLOT: std::cell::RefCell<Option<tokio::sync::OwnedSemaphorePermit>>;
+}
+
+/// Reconciles that may wait for the git writer at once, per work slot.
+pub const WAITING_PER_WORK_SLOT: usize = 32;
 
 impl Context {
     /// Builds a context.
@@ -131,7 +146,36 @@ impl Context {
             metrics,
             shards: None,
             failures: Mutex::default(),
+            work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
         }
+    }
+
+    /// Sets how many reconciles do registry and API work at once.
+    pub fn set_work_slots(&mut self, slots: usize) {
+        self.work_slots = Arc::new(tokio::sync::Semaphore::new(slots.max(1)));
+    }
+
+    /// Runs `work` (one reconcile) once a work slot is free, holding it until `work` ends
+    /// except while it waits in [`Self::without_work_slot`].
+    pub async fn with_work_slot<F: std::future::Future>(&self, work: F) -> F::Output {
+        // The semaphore is never closed, so acquiring only waits.
+        let permit = self.work_slots.clone().acquire_owned().await.ok();
+        WORK_SLOT.scope(std::cell::RefCell::new(permit), work).await
+    }
+
+    /// Awaits `wait` (the git writer) without holding the current reconcile's work slot,
+    /// and takes a slot again before returning.
+    pub async fn without_work_slot<F: std::future::Future>(&self, wait: F) -> F::Output {
+        // Taking the permit out of the slot drops it: the slot is free while we wait.
+        let held = WORK_SLOT
+            .try_with(|slot| slot.borrow_mut().take().is_some())
+            .unwrap_or(false);
+        let out = wait.await;
+        if held {
+            let permit = self.work_slots.clone().acquire_owned().await.ok();
+            let _ = WORK_SLOT.try_with(|slot| *slot.borrow_mut() = permit);
+        }
+        out
     }
 
     /// A hold on the shard of the Git repository `key`; None when another replica owns it.
@@ -215,6 +259,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ecr,
     );
     ctx.argocd_namespace = args.argocd_namespace.clone();
+    ctx.set_work_slots(usize::from(args.max_concurrent_reconciles));
     let mut acquired_shards = None;
     if args.shards > 0 {
         let identity = args
@@ -280,8 +325,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         shutdown.clone(),
     ));
     let controller = Controller::new(api, watcher::Config::default().any_semantic()).with_config(
-        kube::runtime::controller::Config::default()
-            .concurrency(args.max_concurrent_reconciles.max(1)),
+        kube::runtime::controller::Config::default().concurrency(
+            (usize::from(args.max_concurrent_reconciles.max(1)) * WAITING_PER_WORK_SLOT)
+                .min(usize::from(u16::MAX)) as u16,
+        ),
     );
     let _ = ctx.store.set(controller.store());
     let shard_task = match (&ctx.shards, acquired_shards) {

@@ -106,8 +106,20 @@ pub async fn reconcile(
             None => return Ok(Action::requeue(interval)),
         },
     };
+    ctx.with_work_slot(reconcile_holding_slot(watch, key, interval, &ctx))
+        .await
+}
+
+/// Steps 1–5 of [`reconcile`], run while holding a work slot (given back while waiting for
+/// the git writer).
+async fn reconcile_holding_slot(
+    watch: &ImageWatch,
+    key: ObjectRef<DeserializeGuard<ImageWatch>>,
+    interval: Duration,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
     let started = std::time::Instant::now();
-    let result = reconcile_watch(watch, &ctx).await;
+    let result = reconcile_watch(watch, ctx).await;
     let outcome_label = match &result {
         Ok(reconciled) => reconciled.metric_label(),
         Err(e) => e.category(),
@@ -121,8 +133,8 @@ pub async fn reconcile(
 
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(watch, &result, &now);
-    publish_events(watch, &result, &new_status, &ctx).await;
-    patch_status_if_changed(watch, new_status, &ctx).await?;
+    publish_events(watch, &result, &new_status, ctx).await;
+    patch_status_if_changed(watch, new_status, ctx).await?;
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
     match result {
@@ -519,7 +531,11 @@ async fn reconcile_pattern(
     // Write every intent at once: the batching writer makes one commit per repository and
     // branch.
     let (indices, requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
-    let writes = futures::future::join_all(requests.into_iter().map(|r| ctx.writer.apply(r))).await;
+    let writes = ctx
+        .without_work_slot(futures::future::join_all(
+            requests.into_iter().map(|r| ctx.writer.apply(r)),
+        ))
+        .await;
     for (i, write) in indices.into_iter().zip(writes) {
         if write.as_ref().is_ok_and(|w| w.commit.is_some())
             && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
@@ -649,8 +665,11 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         Some(g) if !g.others.is_empty() => {
             let mut requests = vec![mine];
             requests.extend(g.others.iter().cloned());
-            let results =
-                futures::future::join_all(requests.into_iter().map(|r| ctx.writer.apply(r))).await;
+            let results = ctx
+                .without_work_slot(futures::future::join_all(
+                    requests.into_iter().map(|r| ctx.writer.apply(r)),
+                ))
+                .await;
             let mut results = results.into_iter();
             let own = results
                 .next()
@@ -662,7 +681,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             }
             own
         }
-        _ => ctx.writer.apply(mine).await?,
+        _ => ctx.without_work_slot(ctx.writer.apply(mine)).await?,
     };
     if write.commit.is_some()
         && let Some(since) = ctx.pending.take(&me.repo.registry, &me.repo.path)
