@@ -106,6 +106,8 @@ pub struct Context {
     /// reconcile gives its slot back while it waits for the git writer, so intents keep
     /// reaching the writer (and batch into few commits) while earlier ones are pushed.
     work_slots: Arc<tokio::sync::Semaphore>,
+    /// Secrets read recently (pull and git credentials).
+    pub secrets: secrets::SecretCache,
 }
 
 /// Work slots when not configured (the `--max-concurrent-reconciles` default).
@@ -147,6 +149,7 @@ impl Context {
             shards: None,
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
+            secrets: secrets::SecretCache::default(),
         }
     }
 

@@ -1079,13 +1079,9 @@ async fn check_images(
         let creds = match (secret, creds_by_host.get(&repo.registry)) {
             (_, Some(c)) => c.clone(),
             (Some(secret), None) => {
-                let c = secrets::registry_credentials(
-                    &ctx.client,
-                    &namespace,
-                    &secret.name,
-                    &repo.registry,
-                )
-                .await?;
+                let c =
+                    secrets::registry_credentials(ctx, &namespace, &secret.name, &repo.registry)
+                        .await?;
                 creds_by_host.insert(repo.registry.clone(), c.clone());
                 c
             }

@@ -237,7 +237,7 @@ async fn rules(
     // 2. dereference
     let creds = match &credentials.secret_ref {
         Some(secret) => {
-            secrets::registry_credentials(&ctx.client, &namespace, &secret.name, registry).await?
+            secrets::registry_credentials(ctx, &namespace, &secret.name, registry).await?
         }
         None => Credentials::Anonymous,
     };

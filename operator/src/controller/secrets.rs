@@ -11,10 +11,14 @@
 //!   optionally `passphrase`;
 //! * HTTPS basic auth: `password` or `token`, with `username` (default `x-access-token`).
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
-use kube::{Api, Client};
+use kube::Api;
 
 use super::{Context, error::ReconcileError};
 use crate::{
@@ -38,18 +42,70 @@ pub mod github_app_keys {
     pub const ENTERPRISE_BASE_URL: &str = "githubAppEnterpriseBaseUrl";
 }
 
+/// How long a Secret read from the API server is used before it is read again. Every watch
+/// of a namespace usually names the same pull and git Secrets, so without this each
+/// reconcile would read them again; a rotated Secret is seen within this time.
+pub const SECRET_CACHE_TTL: Duration = Duration::from_secs(15);
+
+type SecretData = Arc<BTreeMap<String, ByteString>>;
+
+/// Secrets recently read, by `namespace/name`. Only Secrets that exist are kept, so a Secret
+/// created after a watch named it is found by the next reconcile.
+#[derive(Debug, Default)]
+pub struct SecretCache {
+    entries: Mutex<HashMap<(String, String), (Instant, SecretData)>>,
+}
+
+/// Above this many entries, expired ones are dropped when a Secret is added.
+const SECRET_CACHE_PRUNE_AT: usize = 1024;
+
+impl SecretCache {
+    fn get(&self, namespace: &str, name: &str, now: Instant) -> Option<SecretData> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(&(namespace.to_string(), name.to_string()))
+            .filter(|(read_at, _)| now.duration_since(*read_at) < SECRET_CACHE_TTL)
+            .map(|(_, data)| data.clone())
+    }
+
+    fn put(&self, namespace: &str, name: &str, read_at: Instant, data: SecretData) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= SECRET_CACHE_PRUNE_AT {
+            entries.retain(|_, (at, _)| read_at.duration_since(*at) < SECRET_CACHE_TTL);
+        }
+        entries.insert((namespace.to_string(), name.to_string()), (read_at, data));
+    }
+
+    /// Forgets `namespace/name`, e.g. after its credentials were refused.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.remove(&(namespace.to_string(), name.to_string()));
+    }
+}
+
 async fn read_secret(
-    client: &Client,
+    ctx: &Context,
     namespace: &str,
     name: &str,
     purpose: &str,
-) -> Result<BTreeMap<String, ByteString>, ReconcileError> {
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+) -> Result<SecretData, ReconcileError> {
+    let now = Instant::now();
+    if let Some(data) = ctx.secrets.get(namespace, name, now) {
+        return Ok(data);
+    }
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     match api.get_opt(name).await? {
-        Some(secret) => Ok(secret.data.unwrap_or_default()),
-        None => Err(ReconcileError::CredentialsNotFound(format!(
-            "{purpose} Secret {namespace}/{name} not found"
-        ))),
+        Some(secret) => {
+            let data = Arc::new(secret.data.unwrap_or_default());
+            ctx.secrets.put(namespace, name, now, data.clone());
+            Ok(data)
+        }
+        None => {
+            ctx.secrets.forget(namespace, name);
+            Err(ReconcileError::CredentialsNotFound(format!(
+                "{purpose} Secret {namespace}/{name} not found"
+            )))
+        }
     }
 }
 
@@ -62,12 +118,12 @@ fn text(data: &BTreeMap<String, ByteString>, key: &str) -> Option<String> {
 
 /// Registry credentials from a `kubernetes.io/dockerconfigjson` Secret for `registry_host`.
 pub async fn registry_credentials(
-    client: &Client,
+    ctx: &Context,
     namespace: &str,
     name: &str,
     registry_host: &str,
 ) -> Result<Credentials, ReconcileError> {
-    let data = read_secret(client, namespace, name, "registry").await?;
+    let data = read_secret(ctx, namespace, name, "registry").await?;
     let Some(json) = data
         .get(".dockerconfigjson")
         .or_else(|| data.get(".dockercfg"))
@@ -104,7 +160,7 @@ pub async fn git_credentials(
     namespace: &str,
     name: &str,
 ) -> Result<GitAuth, ReconcileError> {
-    let data = read_secret(&ctx.client, namespace, name, "git").await?;
+    let data = read_secret(ctx, namespace, name, "git").await?;
     let described = || format!("git Secret {namespace}/{name}");
     let secret = git_secret_from_data(&data).map_err(|missing| {
         ReconcileError::CredentialsNotFound(format!("{}: {missing}", described()))
@@ -130,7 +186,7 @@ pub async fn forge_token(
     namespace: &str,
     name: &str,
 ) -> Result<String, ReconcileError> {
-    let data = read_secret(&ctx.client, namespace, name, "forge").await?;
+    let data = read_secret(ctx, namespace, name, "forge").await?;
     let described = || format!("forge Secret {namespace}/{name}");
     if let Some(app) = github_app_from_data(&data) {
         let app =
@@ -290,6 +346,24 @@ pub fn git_auth_from_data(data: &BTreeMap<String, ByteString>) -> Result<GitAuth
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_cache_keeps_a_secret_for_its_ttl_only() {
+        let cache = SecretCache::default();
+        let t0 = Instant::now();
+        let secret = Arc::new(data(&[("token", "t1")]));
+        assert!(cache.get("ns", "git", t0).is_none());
+        cache.put("ns", "git", t0, secret.clone());
+        assert_eq!(
+            cache.get("ns", "git", t0 + Duration::from_secs(1)),
+            Some(secret)
+        );
+        assert!(cache.get("other", "git", t0).is_none());
+        assert!(cache.get("ns", "git", t0 + SECRET_CACHE_TTL).is_none());
+        cache.put("ns", "git", t0, Arc::new(data(&[])));
+        cache.forget("ns", "git");
+        assert!(cache.get("ns", "git", t0).is_none());
+    }
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
         pairs
