@@ -90,6 +90,11 @@ pub struct RunArgs {
     /// A batch is written early when no further edit arrived for this long.
     #[arg(long, env = "IMAGEWATCH_BATCH_QUIET", default_value = "150ms", value_parser = parse_duration_arg)]
     pub batch_quiet: Duration,
+    /// A check that changes nothing may read the branch as fetched up to this long ago
+    /// instead of fetching again; any edit is still planned and committed on a fresh fetch.
+    /// 0s: fetch for every check.
+    #[arg(long, env = "IMAGEWATCH_GIT_READ_REUSE", default_value = "30s", value_parser = parse_duration_arg)]
+    pub git_read_reuse: Duration,
     /// Commit message template. Placeholders: {{subject}}, {{changes}}, {{count}},
     /// {{watches}}, {{files}}, {{branch}}; `\n` is a newline.
     #[arg(

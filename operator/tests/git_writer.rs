@@ -284,6 +284,66 @@ async fn up_to_date_intents_make_no_commit() {
     assert_eq!(fx.commit_count("main"), 1);
 }
 
+/// Checks that change nothing read the head fetched moments ago; anything to write is
+/// planned again and committed on a fresh fetch, so a commit pushed by someone else in the
+/// meantime is neither lost nor duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_op_checks_reuse_a_recent_fetch_and_writes_fetch_again() {
+    let fx = Fixture::new(3, 0);
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let mut o = options(Duration::from_millis(20));
+    o.reuse_fetch = Duration::from_secs(600);
+    let counter = fetches.clone();
+    o.hook = Some(Arc::new(move |point| {
+        if point == WritePoint::Fetched {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    let writer = fx.writer(o);
+    let fetched = || fetches.load(Ordering::SeqCst);
+
+    // First check fetches; the next ones read that fetch.
+    let r = writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
+    assert_eq!((r.commit.as_deref(), fetched()), (None, 1));
+    let r = writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
+    assert_eq!(
+        (r.commit.as_deref(), r.head.as_str()),
+        (None, fx.seed.as_str())
+    );
+    assert_eq!(fetched(), 1, "an unchanged check read the recent fetch");
+
+    // Someone else sets single-01 to 3.0.0. Our stale read says it needs a change, so the
+    // batch fetches, sees 3.0.0 and commits nothing.
+    let theirs = fx.other_writer_push(
+        "main",
+        &format!("{DIR}/{}.yaml", single(1)),
+        &deployment(&single(1), &image(&single(1), "3.0.0")),
+    );
+    let r = writer.apply(fx.request(&single(1), "3.0.0")).await.unwrap();
+    assert_eq!(r.commit, None);
+    assert_eq!(r.current_before, image(&single(1), "3.0.0"));
+    assert_eq!(r.head, theirs);
+    assert_eq!(fetched(), 2);
+    assert_eq!(fx.commit_count("main"), 2);
+
+    // A real change fetches (their commit is the parent of ours), commits and pushes.
+    let r = writer.apply(fx.request(&single(2), "2.0.0")).await.unwrap();
+    let ours = r.commit.expect("a commit");
+    assert_eq!(fx.head("main"), ours);
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), theirs);
+    assert_eq!(fetched(), 3);
+    // After our own push the next check fetches again, then reads that fetch.
+    let r = writer.apply(fx.request(&single(2), "2.0.0")).await.unwrap();
+    assert_eq!(
+        (r.commit.as_deref(), r.head.as_str()),
+        (None, ours.as_str())
+    );
+    assert_eq!(fetched(), 4);
+    writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
+    assert_eq!(fetched(), 4);
+    assert_eq!(fx.commit_count("main"), 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_are_signed_with_an_ssh_key() {
     let fx = Fixture::new(1, 0);

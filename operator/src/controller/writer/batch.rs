@@ -14,8 +14,16 @@
 //!
 //! An intent whose planning fails gets its own error; the others still commit. A dry-run
 //! intent (suspended watch) is planned but never enters the overlay.
+//!
+//! Reading without fetching: a batch may first plan on the head fetched by an earlier batch
+//! when that fetch is younger than [`BatchConfig::reuse_fetch`]. When that plan finds nothing
+//! to change (the steady state: every watch re-checks a tag Git already holds), the batch
+//! ends without touching the network. When it finds a change, it fetches and plans again like
+//! any other batch: a commit is still only ever made on a freshly fetched head.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::{
     controller::ReconcileError,
@@ -36,6 +44,34 @@ pub(super) struct BatchConfig<'a> {
     pub template: &'a CommitTemplate,
     /// Called at each [`WritePoint`] (test hooks).
     pub hook: &'a (dyn Fn(WritePoint) + Sync),
+    /// A head fetched this recently may be read without fetching, for a batch that turns out
+    /// to change nothing (zero: always fetch).
+    pub reuse_fetch: Duration,
+    /// When each (repository, branch) was last fetched.
+    pub fetched: &'a FetchTimes,
+}
+
+/// When each (repository URL, branch) was last fetched by this process.
+#[derive(Debug, Default)]
+pub(super) struct FetchTimes(Mutex<HashMap<(String, String), Instant>>);
+
+impl FetchTimes {
+    fn recent(&self, url: &str, branch: &str, within: Duration) -> bool {
+        let times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        times
+            .get(&(url.to_string(), branch.to_string()))
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
+    fn record(&self, url: &str, branch: &str, at: Instant) {
+        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        times.insert((url.to_string(), branch.to_string()), at);
+    }
+
+    fn forget(&self, url: &str, branch: &str) {
+        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        times.remove(&(url.to_string(), branch.to_string()));
+    }
 }
 
 /// What a batch did, for the callers and for metrics.
@@ -115,13 +151,34 @@ pub(super) fn write_batch(
     let mut rejected: Option<(git2::Oid, Option<git2::Oid>, GitError)> = None;
     let mut rejections = 0;
     let mut attempt = 0;
+    // Plan first on the head fetched moments ago, if there is one (see the module docs).
+    let mut reused = None;
+    if dest.push_branch.is_none()
+        && !config.reuse_fetch.is_zero()
+        && config
+            .fetched
+            .recent(dest.url, dest.branch, config.reuse_fetch)
+    {
+        reused = repo.cached_head(dest.branch).ok().flatten();
+    }
     loop {
         attempt += 1;
-        let (head, tip) = match fetch(&repo, &dest) {
-            Ok(heads) => heads,
-            Err(e) => return fail_all(e, rejections),
+        let (head, tip) = match reused {
+            Some(head) => (head, None),
+            None => {
+                let started = Instant::now();
+                let heads = match fetch(&repo, &dest) {
+                    Ok(heads) => heads,
+                    Err(e) => {
+                        config.fetched.forget(dest.url, dest.branch);
+                        return fail_all(e, rejections);
+                    }
+                };
+                config.fetched.record(dest.url, dest.branch, started);
+                (config.hook)(WritePoint::Fetched);
+                heads
+            }
         };
-        (config.hook)(WritePoint::Fetched);
         if let Some((old_head, old_tip, err)) = rejected.take()
             && old_head == head
             && old_tip == tip
@@ -185,6 +242,11 @@ pub(super) fn write_batch(
         if edits.is_empty() || (changes.is_empty() && !carried_any) {
             return finish(requests, planned, None, unchanged_head, attempt, rejections);
         }
+        if reused.take().is_some() {
+            // Something to write: only ever commit on a freshly fetched head.
+            attempt -= 1;
+            continue;
+        }
 
         let commit = match repo.commit_edits_signed(
             target_ref,
@@ -235,6 +297,8 @@ pub(super) fn write_batch(
         let on_send = || (config.hook)(WritePoint::Pushing);
         match repo.push_with(target_ref, commit, dest.auth, mode, Some(&on_send)) {
             Ok(_) => {
+                // The tracking ref still shows the head before our push: fetch next time.
+                config.fetched.forget(dest.url, dest.branch);
                 (config.hook)(WritePoint::Pushed);
                 tracing::info!(
                     url = dest.url,

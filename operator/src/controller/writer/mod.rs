@@ -116,6 +116,9 @@ pub struct WriterOptions {
     pub max_batch: usize,
     /// A writer task with nothing to do for this long exits.
     pub idle_timeout: Duration,
+    /// A batch that changes nothing may read a head fetched this recently (zero: always
+    /// fetch); see `batch.rs`.
+    pub reuse_fetch: Duration,
     /// Commit message template.
     pub commit_template: CommitTemplate,
     /// Signs commits when set.
@@ -135,6 +138,7 @@ impl std::fmt::Debug for WriterOptions {
             .field("batch_quiet", &self.batch_quiet)
             .field("max_batch", &self.max_batch)
             .field("idle_timeout", &self.idle_timeout)
+            .field("reuse_fetch", &self.reuse_fetch)
             .field("signer", &self.signer)
             .field("crash_point", &self.crash_point)
             .field("hook", &self.hook.as_ref().map(|_| "<fn>"))
@@ -153,6 +157,7 @@ impl WriterOptions {
             batch_quiet: Duration::from_millis(150),
             max_batch: 500,
             idle_timeout: Duration::from_secs(300),
+            reuse_fetch: Duration::ZERO,
             commit_template: CommitTemplate::default(),
             signer: None,
             crash_point: None,
@@ -180,6 +185,7 @@ impl WriterOptions {
             push_attempts: args.push_attempts,
             batch_window: args.batch_window,
             batch_quiet: args.batch_quiet,
+            reuse_fetch: args.git_read_reuse,
             commit_template: args.commit_template.clone(),
             signer,
             crash_point: args.test_crash_point,
@@ -260,6 +266,7 @@ struct Shared {
     metrics: Arc<Metrics>,
     tasks: Mutex<HashMap<WriterKey, (u64, mpsc::Sender<Job>)>>,
     next_task: AtomicU64,
+    fetched: batch::FetchTimes,
 }
 
 /// Batches intents per (repository, branch) into commits and owns the clone cache.
@@ -287,6 +294,7 @@ impl GitWriter {
                 metrics,
                 tasks: Mutex::default(),
                 next_task: AtomicU64::new(0),
+                fetched: batch::FetchTimes::default(),
             }),
         }
     }
@@ -445,6 +453,8 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
             attempts: options.push_attempts,
             template: &options.commit_template,
             hook: &hook,
+            reuse_fetch: options.reuse_fetch,
+            fetched: &task_shared.fetched,
         };
         batch::write_batch(&task_shared.cache, &requests, &config)
     })
