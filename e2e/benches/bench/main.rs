@@ -10,7 +10,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `IMAGEWATCH_BENCH` | `pushes,watches` | scenarios to run |
-//! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000,27@500,1000@500` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default 10/s |
+//! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default (100/s, burst 200) |
 //! | `IMAGEWATCH_BENCH_PUSH_CONCURRENCY` | `32` | manifest `PUT`s in flight |
 //! | `IMAGEWATCH_BENCH_WATCHES` | `10000` | ImageWatches of the steady-state scenario |
 //! | `IMAGEWATCH_BENCH_REPOS` | `1000` | image repositories they follow |
@@ -38,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
         let concurrency = env_usize("IMAGEWATCH_BENCH_PUSH_CONCURRENCY", 32);
         let plans = PushPlan::parse_list(
             &std::env::var("IMAGEWATCH_BENCH_PUSHES")
-                .unwrap_or_else(|_| "1,27,1000,27@500,1000@500".into()),
+                .unwrap_or_else(|_| "1,27,1000".into()),
             concurrency,
         )
         .map_err(|e| anyhow::anyhow!("IMAGEWATCH_BENCH_PUSHES: {e}"))?;
