@@ -70,6 +70,15 @@ pub struct PushLabels {
     pub outcome: String,
 }
 
+/// Labels of a check of Git for a write intent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GitReadLabels {
+    /// Where the answer came from: `fetch` (a batch that fetched), `recent-fetch` (a batch
+    /// that changed nothing, read on a fetch made moments ago) or `unchanged` (the same
+    /// intent was found satisfied on that same head; no batch).
+    pub source: String,
+}
+
 /// Labels of a PromotionPolicy promotion step.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PromotionLabels {
@@ -133,6 +142,8 @@ pub struct Metrics {
     pub registry_requests: Family<RegistryLabels, Counter>,
     /// Git pushes by outcome.
     pub git_pushes: Family<PushLabels, Counter>,
+    /// Write intents answered, by where Git was read.
+    pub git_reads: Family<GitReadLabels, Counter>,
     /// Commits created.
     pub commits: Counter,
     /// Registry events received, by source and outcome.
@@ -186,6 +197,12 @@ impl Metrics {
         );
         let git_pushes = Family::<PushLabels, Counter>::default();
         registry.register("git_pushes", "Git pushes by outcome", git_pushes.clone());
+        let git_reads = Family::<GitReadLabels, Counter>::default();
+        registry.register(
+            "git_reads",
+            "Write intents answered, by where Git was read (fetch, recent-fetch, unchanged)",
+            git_reads.clone(),
+        );
         let commits = Counter::default();
         registry.register("commits", "Commits created", commits.clone());
         let events = Family::<EventLabels, Counter>::default();
@@ -262,6 +279,7 @@ impl Metrics {
             reconciles,
             registry_requests,
             git_pushes,
+            git_reads,
             commits,
             events,
             push_to_commit_seconds,

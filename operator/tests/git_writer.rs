@@ -15,8 +15,12 @@ use std::{
 
 use futures::future::join_all;
 use imagewatch::{
-    controller::{ReconcileError, writer::CommitTemplate},
+    controller::{
+        ReconcileError,
+        writer::{CommitTemplate, GitWriter},
+    },
     git::{SshSigner, WritePoint},
+    telemetry::{GitReadLabels, Metrics},
 };
 use support::*;
 
@@ -299,18 +303,32 @@ async fn no_op_checks_reuse_a_recent_fetch_and_writes_fetch_again() {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     }));
-    let writer = fx.writer(o);
+    let metrics = Arc::new(Metrics::new());
+    let writer = GitWriter::with_options(&fx.tmp.path().join("cache"), o, metrics.clone());
     let fetched = || fetches.load(Ordering::SeqCst);
+    let reads = |source: &str| {
+        metrics
+            .git_reads
+            .get_or_create(&GitReadLabels {
+                source: source.into(),
+            })
+            .get()
+    };
 
-    // First check fetches; the next ones read that fetch.
+    // The first check fetches; the same check again is answered from it without a batch,
+    // and another unchanged target is planned on that fetch.
     let r = writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
     assert_eq!((r.commit.as_deref(), fetched()), (None, 1));
     let r = writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
+    assert_eq!((r.commit, r.head), (None, fx.seed.clone()));
+    assert_eq!(r.current_before, image(&single(0), "1.0.0"));
+    let r = writer.apply(fx.request(&single(2), "1.0.0")).await.unwrap();
+    assert_eq!(r.commit, None);
+    assert_eq!(fetched(), 1, "unchanged checks read the recent fetch");
     assert_eq!(
-        (r.commit.as_deref(), r.head.as_str()),
-        (None, fx.seed.as_str())
+        (reads("fetch"), reads("unchanged"), reads("recent-fetch")),
+        (1, 1, 1)
     );
-    assert_eq!(fetched(), 1, "an unchanged check read the recent fetch");
 
     // Someone else sets single-01 to 3.0.0. Our stale read says it needs a change, so the
     // batch fetches, sees 3.0.0 and commits nothing.
@@ -334,14 +352,13 @@ async fn no_op_checks_reuse_a_recent_fetch_and_writes_fetch_again() {
     assert_eq!(fetched(), 3);
     // After our own push the next check fetches again, then reads that fetch.
     let r = writer.apply(fx.request(&single(2), "2.0.0")).await.unwrap();
-    assert_eq!(
-        (r.commit.as_deref(), r.head.as_str()),
-        (None, ours.as_str())
-    );
+    assert_eq!((r.commit, r.head), (None, ours.clone()));
     assert_eq!(fetched(), 4);
     writer.apply(fx.request(&single(0), "1.0.0")).await.unwrap();
     assert_eq!(fetched(), 4);
     assert_eq!(fx.commit_count("main"), 3);
+    // The answer for single-00 read at the seed was not reused at the new head.
+    assert_eq!((reads("unchanged"), reads("recent-fetch")), (1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

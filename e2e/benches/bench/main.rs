@@ -37,8 +37,7 @@ async fn main() -> anyhow::Result<()> {
     if scenarios.split(',').any(|s| s.trim() == "pushes") {
         let concurrency = env_usize("IMAGEWATCH_BENCH_PUSH_CONCURRENCY", 32);
         let plans = PushPlan::parse_list(
-            &std::env::var("IMAGEWATCH_BENCH_PUSHES")
-                .unwrap_or_else(|_| "1,27,1000".into()),
+            &std::env::var("IMAGEWATCH_BENCH_PUSHES").unwrap_or_else(|_| "1,27,1000".into()),
             concurrency,
         )
         .map_err(|e| anyhow::anyhow!("IMAGEWATCH_BENCH_PUSHES: {e}"))?;

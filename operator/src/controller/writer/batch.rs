@@ -51,21 +51,28 @@ pub(super) struct BatchConfig<'a> {
     pub fetched: &'a FetchTimes,
 }
 
-/// When each (repository URL, branch) was last fetched by this process.
+/// When each (repository URL, branch) was last fetched by this process, and its head then.
 #[derive(Debug, Default)]
-pub(super) struct FetchTimes(Mutex<HashMap<(String, String), Instant>>);
+pub(super) struct FetchTimes(Mutex<HashMap<(String, String), (Instant, git2::Oid)>>);
 
 impl FetchTimes {
-    fn recent(&self, url: &str, branch: &str, within: Duration) -> bool {
+    /// The head fetched within `within`, if any.
+    pub(super) fn recent_head(
+        &self,
+        url: &str,
+        branch: &str,
+        within: Duration,
+    ) -> Option<git2::Oid> {
         let times = self.0.lock().unwrap_or_else(|e| e.into_inner());
         times
             .get(&(url.to_string(), branch.to_string()))
-            .is_some_and(|at| at.elapsed() < within)
+            .filter(|(at, _)| at.elapsed() < within)
+            .map(|(_, head)| *head)
     }
 
-    fn record(&self, url: &str, branch: &str, at: Instant) {
+    fn record(&self, url: &str, branch: &str, at: Instant, head: git2::Oid) {
         let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        times.insert((url.to_string(), branch.to_string()), at);
+        times.insert((url.to_string(), branch.to_string()), (at, head));
     }
 
     fn forget(&self, url: &str, branch: &str) {
@@ -84,6 +91,8 @@ pub(super) struct BatchOutcome {
     pub rejected: u32,
     /// Category of the git error that failed the write, if one did.
     pub failure: Option<&'static str>,
+    /// The batch was answered on a recent fetch, without fetching.
+    pub reused_fetch: bool,
 }
 
 /// The plan of one intent in one attempt.
@@ -122,6 +131,7 @@ pub(super) fn write_batch(
             pushed: None,
             rejected: 0,
             failure: None,
+            reused_fetch: false,
         };
     };
     let dest = Destination {
@@ -135,6 +145,7 @@ pub(super) fn write_batch(
     };
     let fail_all = |e: GitError, rejected: u32| BatchOutcome {
         failure: Some(e.category()),
+        reused_fetch: false,
         results: requests
             .iter()
             .map(|_| Err(ReconcileError::Git(e.duplicate())))
@@ -153,13 +164,12 @@ pub(super) fn write_batch(
     let mut attempt = 0;
     // Plan first on the head fetched moments ago, if there is one (see the module docs).
     let mut reused = None;
-    if dest.push_branch.is_none()
-        && !config.reuse_fetch.is_zero()
-        && config
+    if dest.push_branch.is_none() && !config.reuse_fetch.is_zero() {
+        // The head that fetch saw, if the clone still holds it.
+        reused = config
             .fetched
-            .recent(dest.url, dest.branch, config.reuse_fetch)
-    {
-        reused = repo.cached_head(dest.branch).ok().flatten();
+            .recent_head(dest.url, dest.branch, config.reuse_fetch)
+            .filter(|head| repo.raw().find_commit(*head).is_ok());
     }
     loop {
         attempt += 1;
@@ -174,7 +184,9 @@ pub(super) fn write_batch(
                         return fail_all(e, rejections);
                     }
                 };
-                config.fetched.record(dest.url, dest.branch, started);
+                config
+                    .fetched
+                    .record(dest.url, dest.branch, started, heads.0);
                 (config.hook)(WritePoint::Fetched);
                 heads
             }
@@ -240,7 +252,9 @@ pub(super) fn write_batch(
         let edits = overlay.into_edits();
         let unchanged_head = owned.as_ref().map_or(head, |o| o.tip);
         if edits.is_empty() || (changes.is_empty() && !carried_any) {
-            return finish(requests, planned, None, unchanged_head, attempt, rejections);
+            let mut outcome = finish(requests, planned, None, unchanged_head, attempt, rejections);
+            outcome.reused_fetch = reused.is_some();
+            return outcome;
         }
         if reused.take().is_some() {
             // Something to write: only ever commit on a freshly fetched head.
@@ -409,6 +423,7 @@ fn finish(
         pushed: None,
         rejected,
         failure: None,
+        reused_fetch: false,
     }
 }
 
@@ -449,6 +464,7 @@ fn fail_contributors(
         pushed: None,
         rejected,
         failure,
+        reused_fetch: false,
     }
 }
 

@@ -49,7 +49,7 @@ use super::ReconcileError;
 use crate::{
     git::{Author, CommitSigner, GitAuth, RepoCache, SigningKeyError, WritePoint},
     manifests::{ImageChange, TargetSpec},
-    telemetry::{Metrics, PushLabels},
+    telemetry::{GitReadLabels, Metrics, PushLabels},
 };
 
 /// One edit intent (or, when `dry_run`, only a question: what would change?).
@@ -267,6 +267,56 @@ struct Shared {
     tasks: Mutex<HashMap<WriterKey, (u64, mpsc::Sender<Job>)>>,
     next_task: AtomicU64,
     fetched: batch::FetchTimes,
+    unchanged: Unchanged,
+}
+
+/// Intents that the last batches found already satisfied, with the head they were read at:
+/// the same intent on the same (recently fetched) head is answered without a batch.
+#[derive(Default)]
+struct Unchanged(Mutex<HashMap<UnchangedKey, WriteResult>>);
+
+/// An intent, as far as its answer depends on it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct UnchangedKey {
+    writer: WriterKey,
+    target: TargetSpec,
+    change: ImageChange,
+    dry_run: bool,
+}
+
+impl UnchangedKey {
+    fn of(request: &WriteRequest) -> Self {
+        Self {
+            writer: WriterKey::of(request),
+            target: request.target.clone(),
+            change: request.change.clone(),
+            dry_run: request.dry_run,
+        }
+    }
+}
+
+/// Above this many entries, those read at another head than their branch's current one are
+/// dropped when one is added.
+const UNCHANGED_PRUNE_AT: usize = 50_000;
+
+impl Unchanged {
+    fn get(&self, key: &UnchangedKey, head: &str) -> Option<WriteResult> {
+        let entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.get(key).filter(|r| r.head == head).cloned()
+    }
+
+    fn put(&self, key: UnchangedKey, result: WriteResult) {
+        let mut entries = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= UNCHANGED_PRUNE_AT {
+            let head = result.head.clone();
+            let url = key.writer.url.clone();
+            entries.retain(|k, r| k.writer.url != url || r.head == head);
+            if entries.len() >= UNCHANGED_PRUNE_AT {
+                entries.clear();
+            }
+        }
+        entries.insert(key, result);
+    }
 }
 
 /// Batches intents per (repository, branch) into commits and owns the clone cache.
@@ -295,6 +345,7 @@ impl GitWriter {
                 tasks: Mutex::default(),
                 next_task: AtomicU64::new(0),
                 fetched: batch::FetchTimes::default(),
+                unchanged: Unchanged::default(),
             }),
         }
     }
@@ -312,6 +363,25 @@ impl GitWriter {
     /// result: the target is read from Git at the fetched head and, unless `dry_run`, the
     /// change is committed and pushed (together with the rest of the batch) when Git differs.
     pub async fn apply(&self, request: WriteRequest) -> Result<WriteResult, ReconcileError> {
+        // Already answered on the head fetched moments ago: nothing to read again.
+        let reuse = self.shared.options.reuse_fetch;
+        if !reuse.is_zero()
+            && request
+                .push_branch
+                .as_deref()
+                .is_none_or(|p| p.is_empty() || p == request.branch)
+            && let Some(head) =
+                self.shared
+                    .fetched
+                    .recent_head(&request.url, &request.branch, reuse)
+            && let Some(result) = self
+                .shared
+                .unchanged
+                .get(&UnchangedKey::of(&request), &head.to_string())
+        {
+            count_reads(&self.shared.metrics, "unchanged", 1);
+            return Ok(result);
+        }
         let key = WriterKey::of(&request);
         let (reply, answer) = oneshot::channel();
         let mut job = Job { request, reply };
@@ -422,6 +492,15 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
     let (requests, replies): (Vec<WriteRequest>, Vec<_>) =
         jobs.into_iter().map(|j| (j.request, j.reply)).unzip();
     let count = requests.len();
+    // What an unchanged answer would be remembered under (not in push-branch mode).
+    let unchanged_keys: Vec<Option<UnchangedKey>> = if shared.options.reuse_fetch.is_zero() {
+        Vec::new()
+    } else {
+        requests
+            .iter()
+            .map(|r| Some(UnchangedKey::of(r)).filter(|k| k.writer.push_branch.is_none()))
+            .collect()
+    };
     let task_shared = shared.clone();
     // One span per batch (fetch, plan, commit, push): its log lines carry the repository.
     let span = tracing::info_span!(
@@ -462,6 +541,12 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
     let results = match outcome {
         Ok(outcome) => {
             record_metrics(&shared.metrics, &outcome);
+            let source = if outcome.reused_fetch {
+                "recent-fetch"
+            } else {
+                "fetch"
+            };
+            count_reads(&shared.metrics, source, count as u64);
             outcome.results
         }
         Err(e) => {
@@ -471,10 +556,27 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
                 .collect()
         }
     };
+    for (key, result) in unchanged_keys.into_iter().zip(&results) {
+        if let (Some(key), Ok(r)) = (key, result)
+            && r.commit.is_none()
+            && !r.changed_needed
+        {
+            shared.unchanged.put(key, r.clone());
+        }
+    }
     for (reply, result) in replies.into_iter().zip(results) {
         // The caller may have gone away (shutdown); the write stands either way.
         let _ = reply.send(result);
     }
+}
+
+fn count_reads(metrics: &Metrics, source: &str, n: u64) {
+    metrics
+        .git_reads
+        .get_or_create(&GitReadLabels {
+            source: source.to_string(),
+        })
+        .inc_by(n);
 }
 
 fn record_metrics(metrics: &Metrics, outcome: &batch::BatchOutcome) {
