@@ -19,13 +19,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, LINK, RETRY_AFTER, WWW_AUTHENTICATE};
+use reqwest::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, LINK, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use reqwest::{Method, StatusCode, Url};
 use sha2::{Digest as _, Sha256};
 
 use super::auth::{
-    AuthScheme, Credentials, FetchedToken, TokenCache, TokenKey, parse_token_response,
-    parse_www_authenticate, select_scheme,
+    AuthScheme, Challenge, Credentials, FetchedToken, Issuer, MAX_REMEMBERED_SCOPES, TokenCache,
+    TokenKey, WideKey, WideOutcome, WideTokens, parse_token_response, parse_www_authenticate,
+    select_scheme,
 };
 use super::error::{RegistryError, parse_error_body, parse_retry_after};
 use super::metadata::MetadataCache;
@@ -65,6 +68,19 @@ const MAX_TAGS_PAGE_BYTES: usize = 32 * 1024 * 1024;
 /// Error and token bodies are small; anything beyond is cut (errors) or refused (tokens).
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 const MAX_TOKEN_BODY_BYTES: usize = 1024 * 1024;
+
+/// Most bytes of a token request URL, which grows with the number of scopes it asks for
+/// (see [`super::auth`] on registry-wide tokens). Servers differ in how long a request head
+/// may be: Go's net/http (the distribution registry and most token servers) accepts 1 MiB
+/// and hyper about 400 KiB, while nginx, often in front of both, allows 8 KiB per request
+/// line or header by default. 64 KiB holds about a thousand typical scopes; a server that
+/// refuses such a request answers 414, 431 or 400, and the number of scopes per request is
+/// then halved for that registry.
+pub(crate) const DEFAULT_TOKEN_URL_BUDGET: usize = 64 * 1024;
+
+/// An `Authorization` value shorter than this fits every server's default header limits, so
+/// a registry's 400 to it is not about its size.
+const SMALL_AUTHORIZATION: usize = 4 * 1024;
 
 /// Settings for [`RegistryClient`]. Per-host settings (CA, rates, budget) are passed next to
 /// these, to [`RegistryClient::with_registries`].
@@ -150,7 +166,11 @@ pub(super) struct Inner {
     /// Scheme each registry asked for last, so later requests authenticate up front
     /// instead of paying a 401 round trip every time.
     schemes: Mutex<HashMap<String, AuthScheme>>,
+    /// Tokens for one scope each: the catalog, and repositories that need their own.
     tokens: TokenCache,
+    /// Registry-wide tokens for pulling, covering many repositories each.
+    wide_tokens: WideTokens,
+    /// Token requests sent (not counting retries of one request).
     token_fetches: AtomicU64,
     pub(super) metadata: MetadataCache,
     pub(super) metadata_fetches: AtomicU64,
@@ -170,7 +190,13 @@ impl std::fmt::Debug for RegistryClient {
 #[derive(Debug, Clone)]
 enum SentAuth {
     Basic(String),
+    /// A token for this request's scope alone.
     Bearer(String),
+    /// A registry-wide token, and how many scopes it was requested for.
+    Wide {
+        token: String,
+        scopes: usize,
+    },
 }
 
 /// What a request is for; decides how a 404 is reported.
@@ -278,6 +304,7 @@ impl RegistryClient {
                 warnings: WarnThrottle::new(WARN_EVERY),
                 schemes: Mutex::new(HashMap::new()),
                 tokens: TokenCache::default(),
+                wide_tokens: WideTokens::new(DEFAULT_TOKEN_URL_BUDGET, MAX_REMEMBERED_SCOPES),
                 token_fetches: AtomicU64::new(0),
                 metadata: MetadataCache::default(),
                 metadata_fetches: AtomicU64::new(0),
@@ -288,6 +315,20 @@ impl RegistryClient {
     /// Number of bearer-token requests made so far by this client and its clones.
     pub fn token_fetches(&self) -> u64 {
         self.inner.token_fetches.load(Ordering::Relaxed)
+    }
+
+    /// When the longest-lasting registry-wide token for `registry` and `creds` stops being
+    /// handed out, if there is one.
+    #[cfg(test)]
+    pub(crate) fn wide_token_usable_until(
+        &self,
+        registry: &str,
+        creds: &Credentials,
+    ) -> Option<std::time::Instant> {
+        self.inner.wide_tokens.usable_until(&WideKey {
+            registry: registry.to_string(),
+            identity: creds.identity(),
+        })
     }
 
     /// Number of manifest and config-blob `GET`s made so far to read created times.
@@ -742,9 +783,12 @@ impl RegistryClient {
 
     /// Sends one registry request, authenticating as the registry asks.
     ///
-    /// At most two requests go out: one with whatever is known about the registry (nothing,
-    /// Basic, or a cached token), and after a 401 one more with the scheme the challenge
-    /// names. A second 401 is final. Non-401 responses are returned as they are.
+    /// The first request goes out with whatever is known about the registry (nothing,
+    /// Basic, or a cached token); after a 401, one more with the scheme the challenge names,
+    /// and a second 401 is final. Two cases add a request: a registry-wide token refused
+    /// with `insufficient_scope` is followed by the repository's own token (once), and a
+    /// wide token refused as too large a header is followed by one for fewer repositories.
+    /// Other responses are returned as they are.
     pub(super) async fn send(
         &self,
         repo: &RepositoryRef,
@@ -759,6 +803,7 @@ impl RegistryClient {
     }
 
     /// [`Self::send`] with an explicit token scope (the catalog needs `registry:catalog:*`).
+    /// Pull scopes use registry-wide tokens; other scopes get tokens of their own.
     async fn send_scoped(
         &self,
         repo: &RepositoryRef,
@@ -768,16 +813,34 @@ impl RegistryClient {
         url: &Url,
         accept: &str,
     ) -> Result<reqwest::Response, RegistryError> {
-        let mut auth = match self.remembered_scheme(&repo.registry) {
+        let wide = is_pull_scope(scope);
+        let remembered = self.remembered_scheme(&repo.registry);
+        if wide && !matches!(remembered, Some(AuthScheme::Basic)) {
+            // Before any waiting (rate limit, challenge, token fetch): a wide token fetched
+            // meanwhile for another repository then covers this one too.
+            self.inner
+                .wide_tokens
+                .remember(&wide_key(repo, creds), scope);
+        }
+        // The token server that issued the current token.
+        let mut issuer: Option<(String, Option<String>)> = None;
+        let mut auth = match remembered {
             Some(AuthScheme::Basic) => creds.basic_header().map(SentAuth::Basic),
-            Some(AuthScheme::Bearer { realm, service }) => Some(SentAuth::Bearer(
-                self.bearer_token(repo, scope, creds, &realm, service.as_deref(), None)
-                    .await?,
-            )),
+            Some(AuthScheme::Bearer { realm, service }) => {
+                let token = self
+                    .bearer_token(repo, scope, wide, creds, &realm, service.as_deref(), None)
+                    .await?;
+                issuer = Some((realm, service));
+                Some(token)
+            }
             None => None,
         };
 
-        for attempt in 0..2 {
+        let mut challenged = false;
+        let mut own_token_fallback = false;
+        // Each shrink at least halves the scopes of the wide token; this only bounds the loop.
+        let mut shrinks_left = usize::BITS;
+        loop {
             let http = self.http_for(&repo.registry);
             let response = self
                 .execute(&repo.registry, || {
@@ -786,12 +849,46 @@ impl RegistryClient {
                         .header(ACCEPT, accept);
                     match &auth {
                         Some(SentAuth::Basic(header)) => request.header(AUTHORIZATION, header),
-                        Some(SentAuth::Bearer(token)) => request.bearer_auth(token),
+                        Some(SentAuth::Bearer(token) | SentAuth::Wide { token, .. }) => {
+                            request.bearer_auth(token)
+                        }
                         None => request,
                     }
                 })
                 .await?;
-            if response.status() != StatusCode::UNAUTHORIZED || attempt == 1 {
+
+            if let (Some(SentAuth::Wide { token, scopes }), Some((realm, service))) =
+                (&auth, &issuer)
+                && *scopes > 1
+                && token.len() >= SMALL_AUTHORIZATION
+                && shrinks_left > 0
+                && head_too_large(&response)
+            {
+                shrinks_left -= 1;
+                tracing::debug!(
+                    registry = %repo.registry,
+                    scopes,
+                    token_bytes = token.len(),
+                    "registry refused a registry-wide token as too large; asking for fewer repositories per token"
+                );
+                self.inner
+                    .wide_tokens
+                    .lower_scope_limit(&repo.registry, scopes / 2);
+                auth = Some(
+                    self.bearer_token(
+                        repo,
+                        scope,
+                        wide,
+                        creds,
+                        realm,
+                        service.as_deref(),
+                        auth.as_ref(),
+                    )
+                    .await?,
+                );
+                continue;
+            }
+            if response.status() != StatusCode::UNAUTHORIZED {
                 return Ok(response);
             }
 
@@ -802,6 +899,34 @@ impl RegistryClient {
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(parse_www_authenticate)
                 .collect();
+            if let (Some(SentAuth::Wide { .. }), Some((realm, service))) = (&auth, &issuer)
+                && !own_token_fallback
+                && is_insufficient_scope(&challenges)
+            {
+                // The token server granted fewer repositories than asked for.
+                own_token_fallback = true;
+                tracing::debug!(%repo, "registry-wide token does not cover this repository; using its own token");
+                self.inner
+                    .wide_tokens
+                    .use_own_token(&wide_key(repo, creds), scope);
+                auth = Some(
+                    self.bearer_token(repo, scope, wide, creds, realm, service.as_deref(), None)
+                        .await?,
+                );
+                continue;
+            }
+            if challenged {
+                if matches!(auth, Some(SentAuth::Wide { .. })) {
+                    // Even a wide token fetched after the challenge was refused: this
+                    // repository gets its own token from the next request on.
+                    self.inner
+                        .wide_tokens
+                        .use_own_token(&wide_key(repo, creds), scope);
+                }
+                return Ok(response);
+            }
+            challenged = true;
+
             let Some(scheme) = select_scheme(&challenges) else {
                 // 401 with nothing to follow: report it as it is.
                 return Ok(response);
@@ -814,55 +939,93 @@ impl RegistryClient {
                     (Some(header), _) => Some(SentAuth::Basic(header)),
                 },
                 AuthScheme::Bearer { realm, service } => {
-                    let rejected = match &auth {
-                        Some(SentAuth::Bearer(token)) => Some(token.as_str()),
-                        _ => None,
-                    };
-                    Some(SentAuth::Bearer(
-                        self.bearer_token(repo, scope, creds, &realm, service.as_deref(), rejected)
-                            .await?,
-                    ))
+                    let token = self
+                        .bearer_token(
+                            repo,
+                            scope,
+                            wide,
+                            creds,
+                            &realm,
+                            service.as_deref(),
+                            auth.as_ref(),
+                        )
+                        .await?;
+                    issuer = Some((realm, service));
+                    Some(token)
                 }
             };
         }
-        // The loop always returns on its second pass; this keeps the function total.
-        Err(RegistryError::Protocol(format!(
-            "{repo}: authentication did not settle"
-        )))
     }
 
+    /// A token for `scope`: a registry-wide one when `wide` (a pull scope) and the
+    /// repository may use it, else one of its own. `rejected` is the authentication the
+    /// registry just refused, if any: a cached token equal to it is replaced once.
+    #[allow(clippy::too_many_arguments)]
     async fn bearer_token(
         &self,
         repo: &RepositoryRef,
         scope: &str,
+        wide: bool,
         creds: &Credentials,
         realm: &str,
         service: Option<&str>,
-        rejected: Option<&str>,
-    ) -> Result<String, RegistryError> {
+        rejected: Option<&SentAuth>,
+    ) -> Result<SentAuth, RegistryError> {
+        if wide {
+            let key = wide_key(repo, creds);
+            if !self.inner.wide_tokens.needs_own_token(&key, scope) {
+                let issuer = Issuer {
+                    realm: realm.to_string(),
+                    service: service.map(str::to_string),
+                };
+                let base_len = token_url::<&str>(&repo.registry, realm, service, &[])?
+                    .as_str()
+                    .len();
+                let rejected = match rejected {
+                    Some(SentAuth::Wide { token, .. }) => Some(token.as_str()),
+                    _ => None,
+                };
+                let outcome = self
+                    .inner
+                    .wide_tokens
+                    .get_or_fetch(&key, &issuer, scope, rejected, base_len, |scopes| {
+                        self.fetch_token(repo, scopes, creds, realm, service)
+                    })
+                    .await?;
+                if let WideOutcome::Token { token, scopes } = outcome {
+                    return Ok(SentAuth::Wide { token, scopes });
+                }
+            }
+        }
         let key = TokenKey {
             registry: repo.registry.clone(),
             scope: scope.to_string(),
             identity: creds.identity(),
         };
-        self.inner
+        let rejected = match rejected {
+            Some(SentAuth::Bearer(token)) => Some(token.as_str()),
+            _ => None,
+        };
+        let token = self
+            .inner
             .tokens
             .get_or_fetch(&key, rejected, || {
-                self.fetch_token(repo, scope, creds, realm, service)
+                self.fetch_token(repo, vec![scope.to_string()], creds, realm, service)
             })
-            .await
+            .await?;
+        Ok(SentAuth::Bearer(token))
     }
 
-    /// Asks the token server named by a Bearer challenge for a pull token.
+    /// Asks the token server named by a Bearer challenge for a token covering `scopes`.
     async fn fetch_token(
         &self,
         repo: &RepositoryRef,
-        scope: &str,
+        scopes: Vec<String>,
         creds: &Credentials,
         realm: &str,
         service: Option<&str>,
     ) -> Result<FetchedToken, RegistryError> {
-        let url = token_url(&repo.registry, realm, service, scope)?;
+        let url = token_url(&repo.registry, realm, service, &scopes)?;
         if url.scheme() == "http" {
             // The realm comes from the network; never let it pull a password onto a
             // plain-text connection unless the user marked that host as insecure.
@@ -876,7 +1039,12 @@ impl RegistryClient {
         }
 
         self.inner.token_fetches.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(registry = %repo.registry, scope, "fetching registry token");
+        tracing::debug!(
+            registry = %repo.registry,
+            scopes = scopes.len(),
+            first_scope = scopes.first().map(String::as_str).unwrap_or_default(),
+            "fetching registry token"
+        );
         // The token server may share the registry's private CA (same host, or a host of its
         // own with settings); its requests count against the registry's rate limit.
         let http = self
@@ -943,12 +1111,13 @@ impl TagSource for RegistryClient {
 }
 
 /// The token request URL for a Bearer challenge: the realm with `service` (when the challenge
-/// named one) and `scope` added to its query, as the Docker token spec describes.
-pub(crate) fn token_url(
+/// named one) and one `scope` parameter per scope added to its query, as the Docker token
+/// spec describes.
+pub(crate) fn token_url<S: AsRef<str>>(
     registry: &str,
     realm: &str,
     service: Option<&str>,
-    scope: &str,
+    scopes: &[S],
 ) -> Result<Url, RegistryError> {
     let mut url = Url::parse(realm).map_err(|e| {
         RegistryError::Protocol(format!(
@@ -966,9 +1135,45 @@ pub(crate) fn token_url(
         if let Some(service) = service {
             query.append_pair("service", service);
         }
-        query.append_pair("scope", scope);
+        for scope in scopes {
+            query.append_pair("scope", scope.as_ref());
+        }
     }
     Ok(url)
+}
+
+/// Whether `scope` is pull access to one repository, which registry-wide tokens cover.
+fn is_pull_scope(scope: &str) -> bool {
+    scope.starts_with("repository:") && scope.ends_with(":pull") && !scope.contains(',')
+}
+
+fn wide_key(repo: &RepositoryRef, creds: &Credentials) -> WideKey {
+    WideKey {
+        registry: repo.registry.clone(),
+        identity: creds.identity(),
+    }
+}
+
+/// Whether a 401 says the token lacks access to the resource (`error="insufficient_scope"`,
+/// RFC 6750 §3.1), as opposed to the token being invalid.
+fn is_insufficient_scope(challenges: &[Challenge]) -> bool {
+    challenges
+        .iter()
+        .any(|c| c.scheme == "bearer" && c.param("error") == Some("insufficient_scope"))
+}
+
+/// Whether a registry refused a request because its head was too large: 431, or the 400 that
+/// nginx answers to an oversized header line, an HTML page where registries send JSON.
+fn head_too_large(response: &reqwest::Response) -> bool {
+    match response.status() {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => true,
+        StatusCode::BAD_REQUEST => !response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("json")),
+        _ => false,
+    }
 }
 
 /// A failed response, read into what the error needs.
@@ -1307,6 +1512,34 @@ mod tests {
             ),
             Err(RegistryError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn token_urls_with_several_scopes() {
+        let scopes = [
+            "repository:team/app:pull",
+            "repository:library/nginx:pull",
+            "repository:a.b/c_d-e:pull",
+        ];
+        let base = token_url::<&str>("r.io", "https://auth.r.io/token", Some("r.io"), &[])
+            .unwrap()
+            .as_str()
+            .len();
+        let url = token_url("r.io", "https://auth.r.io/token", Some("r.io"), &scopes).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "https://auth.r.io/token?service=r.io&scope=repository%3Ateam%2Fapp%3Apull&scope=repository%3Alibrary%2Fnginx%3Apull&scope=repository%3Aa.b%2Fc_d-e%3Apull"
+        );
+        // The budget arithmetic of wide tokens matches the URL that is sent.
+        let expected: usize = base
+            + scopes
+                .iter()
+                .map(|s| super::super::auth::scope_param_len(s))
+                .sum::<usize>();
+        assert_eq!(url.as_str().len(), expected);
+        assert!(is_pull_scope(scopes[0]));
+        assert!(!is_pull_scope(CATALOG_SCOPE));
+        assert!(!is_pull_scope("repository:a:pull,push"));
     }
 
     #[test]

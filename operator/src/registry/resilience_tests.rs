@@ -1,11 +1,11 @@
 //! Tests of the scan step's behaviour under load and failure, against the in-process test
-//! server: the token cache counted at the token server, token expiry and revocation, Docker
-//! Hub's challenge flow, per-host rate limits, 429 pauses, 5xx retries, timeouts, and a
-//! private CA.
+//! server: the token cache counted at the token server, registry-wide tokens for many
+//! repositories (size limits, partial grants), token expiry and revocation, Docker Hub's
+//! challenge flow, per-host rate limits, 429 pauses, 5xx retries, timeouts, and a private CA.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -215,7 +215,7 @@ fn docker_hub_challenge_and_token_formats() {
 
     // The scope is the client's own (pull on the repository), not copied from the challenge.
     let scope = format!("repository:{}:pull", repo.path);
-    let url = token_url(&repo.registry, &realm, service.as_deref(), &scope).unwrap();
+    let url = token_url(&repo.registry, &realm, service.as_deref(), &[&scope]).unwrap();
     assert_eq!(
         url.as_str(),
         "https://auth.docker.io/token?service=registry.docker.io&scope=repository%3Alibrary%2Fnginx%3Apull"
@@ -665,4 +665,282 @@ fn settings_build_clients() {
     let client = RegistryClient::new(RegistryOptions::default()).unwrap();
     assert_eq!(client.metadata_budget("quay.io"), 50);
     assert_eq!(client.metadata_budget("index.docker.io"), 10);
+}
+
+/// A registry whose token server grants the scopes each token request names, and which
+/// checks every tag listing against the grants of the token it carries. Repositories under
+/// `locked/` are granted only to a token request for them alone, as a token server that
+/// leaves out what it cannot grant in bulk.
+#[derive(Default)]
+struct ScopedRegistry {
+    expires_in: AtomicU64,
+    /// Token requests for more scopes than this are answered 414 (0: no limit).
+    max_scopes: AtomicUsize,
+    /// Bytes a token grows by per granted scope, as a JWT's `access` claim does.
+    token_bytes_per_scope: AtomicUsize,
+    /// Registry requests with a longer `Authorization` get nginx's HTML 400 (0: no limit).
+    max_authorization: AtomicUsize,
+    /// Granted scopes by token.
+    grants: Mutex<HashMap<String, HashSet<String>>>,
+    /// The scopes of every token request answered with a token, in order.
+    answered: Mutex<Vec<Vec<String>>>,
+    refused: AtomicUsize,
+}
+
+impl ScopedRegistry {
+    fn answered(&self) -> Vec<Vec<String>> {
+        self.answered.lock().unwrap().clone()
+    }
+}
+
+fn html(status: u16, text: &str) -> TestResponse {
+    TestResponse {
+        body: format!("<html><body><h1>{text}</h1></body></html>").into_bytes(),
+        ..TestResponse::new(status).header("Content-Type", "text/html")
+    }
+}
+
+fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
+    Box::new(move |req: TestRequest| {
+        let state = state.clone();
+        Box::pin(async move {
+            let host = req.header("host").unwrap_or("").to_string();
+            if req.path() == "/token" {
+                let scopes = req.query_all("scope");
+                if req.query("service").as_deref() != Some("scoped") || scopes.is_empty() {
+                    return TestResponse::new(400).json(r#"{"details":"bad service or scope"}"#);
+                }
+                let max = state.max_scopes.load(Ordering::SeqCst);
+                if max > 0 && scopes.len() > max {
+                    state.refused.fetch_add(1, Ordering::SeqCst);
+                    return html(414, "414 Request-URI Too Large");
+                }
+                // Slow enough that concurrent callers pile up behind this fetch.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let granted: HashSet<String> = scopes
+                    .iter()
+                    .filter(|s| scopes.len() == 1 || !s.starts_with("repository:locked/"))
+                    .cloned()
+                    .collect();
+                let token = {
+                    let mut grants = state.grants.lock().unwrap();
+                    let padding = state.token_bytes_per_scope.load(Ordering::SeqCst);
+                    let token = format!(
+                        "tok-{}-{}",
+                        grants.len() + 1,
+                        "x".repeat(padding * granted.len())
+                    );
+                    grants.insert(token.clone(), granted);
+                    token
+                };
+                state.answered.lock().unwrap().push(scopes);
+                let expires = state.expires_in.load(Ordering::SeqCst).max(1);
+                return TestResponse::new(200)
+                    .json(&format!(r#"{{"token":"{token}","expires_in":{expires}}}"#));
+            }
+
+            let (scope, body) = if req.path() == "/v2/_catalog" {
+                (
+                    "registry:catalog:*".to_string(),
+                    r#"{"repositories":["team/app-0000"]}"#.to_string(),
+                )
+            } else if let Some(name) = req
+                .path()
+                .strip_prefix("/v2/")
+                .and_then(|p| p.strip_suffix("/tags/list"))
+            {
+                (
+                    format!("repository:{name}:pull"),
+                    format!(r#"{{"name":"{name}","tags":["v1"]}}"#),
+                )
+            } else {
+                return TestResponse::new(404);
+            };
+            let authorization = req.header("authorization").unwrap_or("");
+            let max = state.max_authorization.load(Ordering::SeqCst);
+            if max > 0 && authorization.len() > max {
+                return html(400, "Request Header Or Cookie Too Large");
+            }
+            let grants = authorization
+                .strip_prefix("Bearer ")
+                .and_then(|token| state.grants.lock().unwrap().get(token).cloned());
+            let challenge =
+                format!(r#"Bearer realm="http://{host}/token",service="scoped",scope="{scope}""#);
+            match grants {
+                None => TestResponse::new(401)
+                    .header("WWW-Authenticate", &challenge)
+                    .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#),
+                Some(granted) if !granted.contains(&scope) => TestResponse::new(401)
+                    .header(
+                        "WWW-Authenticate",
+                        &format!(r#"{challenge},error="insufficient_scope""#),
+                    )
+                    .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"access to the requested resource is not authorized"}]}"#),
+                Some(_) => TestResponse::new(200).json(&body),
+            }
+        })
+    })
+}
+
+fn scoped_repos(server: &TestServer, prefix: &str, n: usize) -> Vec<RepositoryRef> {
+    (0..n)
+        .map(|i| repo(server, &format!("{prefix}-{i:04}")))
+        .collect()
+}
+
+fn pull_scopes(repos: &[RepositoryRef]) -> HashSet<String> {
+    repos
+        .iter()
+        .map(|r| format!("repository:{}:pull", r.path))
+        .collect()
+}
+
+/// Lists every repository at once and checks that each one was listed.
+async fn list_all(client: &RegistryClient, repos: &[RepositoryRef]) {
+    let calls = repos
+        .iter()
+        .map(|repo| client.list_tags(repo, &Credentials::Anonymous));
+    for (repo, result) in repos.iter().zip(futures::future::join_all(calls).await) {
+        let tags = result.unwrap_or_else(|e| panic!("{repo}: {e}"));
+        assert_eq!(tags, vec!["v1"], "{repo}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_repositories_share_one_token_request_per_expiry() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(5, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let repos = scoped_repos(&server, "team/app", 1000);
+    let wanted = pull_scopes(&repos);
+
+    list_all(&client, &repos).await;
+    let cold = server.count("/token");
+    eprintln!("1000 repositories listed at once from a cold start: {cold} token request(s)");
+    assert!((1..=2).contains(&cold), "{cold} token requests");
+    assert_eq!(client.token_fetches(), cold as u64);
+    let answered = state.answered();
+    let last: HashSet<String> = answered.last().unwrap().iter().cloned().collect();
+    assert_eq!(last, wanted);
+
+    // While the token lasts, another round needs no token request.
+    list_all(&client, &repos).await;
+    assert_eq!(server.count("/token"), cold);
+
+    // Once it is no longer handed out, one request renews it, for every repository.
+    let deadline = client
+        .wide_token_usable_until(&server.host(), &Credentials::Anonymous)
+        .unwrap();
+    tokio::time::sleep_until(deadline.into()).await;
+    list_all(&client, &repos).await;
+    assert_eq!(server.count("/token"), cold + 1);
+    assert_eq!(client.token_fetches(), cold as u64 + 1);
+    let answered = state.answered();
+    let renewal: HashSet<String> = answered.last().unwrap().iter().cloned().collect();
+    assert_eq!(renewal, wanted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_server_refusing_long_requests_gets_fewer_scopes_per_request() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    state.max_scopes.store(40, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let repos = scoped_repos(&server, "team/app", 300);
+
+    list_all(&client, &repos).await;
+    let fetches = server.count("/token");
+    let refused = state.refused.load(Ordering::SeqCst);
+    let answered = state.answered();
+    eprintln!(
+        "300 repositories, at most 40 scopes per token request: {fetches} token requests, {refused} refused"
+    );
+    // 300, 150 and 75 scopes are refused; chunks of 37 then cover the 300.
+    assert_eq!(refused, 3);
+    assert!(answered.iter().all(|scopes| scopes.len() <= 37));
+    let covered: HashSet<String> = answered.iter().flatten().cloned().collect();
+    assert_eq!(covered, pull_scopes(&repos));
+    assert!(
+        fetches > 1 && fetches <= refused + 300usize.div_ceil(37) + 1,
+        "{fetches}"
+    );
+    assert_eq!(client.token_fetches(), fetches as u64);
+
+    // The chunks serve the next round without a token request.
+    list_all(&client, &repos).await;
+    assert_eq!(server.count("/token"), fetches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_left_out_of_the_wide_token_gets_its_own() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    // The registry's challenge is known before the round, so every request of the round
+    // asks for a token with all the repositories.
+    list_all(&client, &[repo(&server, "team/warm")]).await;
+    let open = scoped_repos(&server, "team/app", 20);
+    let locked = scoped_repos(&server, "locked/app", 10);
+    let all: Vec<RepositoryRef> = open.iter().chain(&locked).cloned().collect();
+
+    list_all(&client, &all).await;
+    let answered = state.answered();
+    let round: Vec<&Vec<String>> = answered[1..].iter().collect();
+    let wide = round.iter().filter(|scopes| scopes.len() > 1).count();
+    let own: HashSet<String> = round
+        .iter()
+        .filter(|scopes| scopes.len() == 1)
+        .map(|scopes| scopes[0].clone())
+        .collect();
+    eprintln!(
+        "20 open and 10 locked repositories: {wide} wide token request(s), {} own",
+        own.len()
+    );
+    assert!((1..=2).contains(&wide), "{round:?}");
+    // Each locked repository fetched its own token, once.
+    assert_eq!(own, pull_scopes(&locked));
+    assert_eq!(round.len(), wide + locked.len());
+
+    // The next round needs no token request: the locked repositories keep their own.
+    list_all(&client, &all).await;
+    assert_eq!(server.count("/token"), answered.len());
+    assert_eq!(client.token_fetches(), answered.len() as u64);
+
+    // The catalog has a token of its own, for its scope alone.
+    let names = client
+        .list_repositories(&server.host(), &Credentials::Anonymous)
+        .await
+        .unwrap();
+    assert_eq!(names, vec!["team/app-0000"]);
+    assert_eq!(
+        state.answered().last().unwrap(),
+        &vec!["registry:catalog:*".to_string()]
+    );
+    assert_eq!(server.count("/token"), answered.len() + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wide_token_too_large_for_the_registry_is_split() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    state.token_bytes_per_scope.store(100, Ordering::SeqCst);
+    state.max_authorization.store(8 * 1024, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let repos = scoped_repos(&server, "team/app", 100);
+
+    list_all(&client, &repos).await;
+    let fetches = server.count("/token");
+    let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
+    eprintln!("100 repositories, 8 KiB header limit: token requests for {sizes:?} scopes");
+    // One token for all 100 is too large (10 KB); tokens for 50 fit.
+    assert_eq!(sizes[0], 100, "{sizes:?}");
+    assert!(sizes[1..].iter().all(|&n| n <= 50), "{sizes:?}");
+    assert!(fetches <= 5, "{sizes:?}");
+
+    list_all(&client, &repos).await;
+    assert_eq!(server.count("/token"), fetches);
 }

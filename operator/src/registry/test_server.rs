@@ -3,9 +3,11 @@
 //! without a network or a real registry.
 //!
 //! One request per connection (`Connection: close`), no request bodies: enough for the
-//! GET/HEAD traffic of the registry client. Every request is logged, so tests can count
-//! what reached the server (token fetches, retries). Variants: a server that accepts and
-//! never answers (timeouts), and a TLS front with a test CA made by `openssl`.
+//! GET/HEAD traffic of the registry client. A request head above [`MAX_HEAD_BYTES`] is
+//! answered with 431, as Go's and hyper's servers do beyond their limits. Every request is
+//! logged, so tests can count what reached the server (token fetches, retries). Variants: a
+//! server that accepts and never answers (timeouts), and a TLS front with a test CA made by
+//! `openssl`.
 
 use std::io::{Read as _, Write as _};
 use std::net::SocketAddr;
@@ -42,11 +44,21 @@ impl TestRequest {
     /// Value of a query parameter (no percent-decoding beyond `%3A` and `%2F`, which is all
     /// the scopes in these tests need).
     pub fn query(&self, name: &str) -> Option<String> {
-        let (_, query) = self.target.split_once('?')?;
-        query.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=')?;
-            (k == name).then(|| v.replace("%3A", ":").replace("%2F", "/"))
-        })
+        self.query_all(name).into_iter().next()
+    }
+
+    /// Every value of a repeated query parameter, in order (decoded as [`Self::query`]).
+    pub fn query_all(&self, name: &str) -> Vec<String> {
+        let Some((_, query)) = self.target.split_once('?') else {
+            return Vec::new();
+        };
+        query
+            .split('&')
+            .filter_map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                (k == name).then(|| v.replace("%3A", ":").replace("%2F", "/"))
+            })
+            .collect()
     }
 }
 
@@ -76,6 +88,9 @@ impl TestResponse {
         self.header("Content-Type", "application/json")
     }
 }
+
+/// Largest request head served.
+pub(crate) const MAX_HEAD_BYTES: usize = 256 * 1024;
 
 type Handler = Arc<dyn Fn(TestRequest) -> BoxFuture<'static, TestResponse> + Send + Sync>;
 
@@ -169,7 +184,11 @@ async fn serve(mut stream: TcpStream, handler: Handler, log: RequestLog) {
         if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break pos;
         }
-        if buf.len() > 64 * 1024 {
+        if buf.len() > MAX_HEAD_BYTES {
+            let _ = stream
+                .write_all(b"HTTP/1.1 431 X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+            let _ = stream.shutdown().await;
             return;
         }
         match stream.read(&mut chunk).await {
