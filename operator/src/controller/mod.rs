@@ -108,6 +108,9 @@ pub struct Context {
     work_slots: Arc<tokio::sync::Semaphore>,
     /// Secrets read recently (pull and git credentials).
     pub secrets: secrets::SecretCache,
+    /// (credentials, registry) whose watched repositories were announced to the registry
+    /// client.
+    announced: std::sync::Mutex<std::collections::HashSet<(index::CredentialKey, String)>>,
 }
 
 /// Work slots when not configured (the `--max-concurrent-reconciles` default).
@@ -150,6 +153,7 @@ impl Context {
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
             secrets: secrets::SecretCache::default(),
+            announced: std::sync::Mutex::default(),
         }
     }
 
@@ -188,6 +192,52 @@ impl Context {
             None => Some(None),
             Some(shards) => shards.enter(key).map(Some),
         }
+    }
+
+    /// The first time credentials `key` are used for `registry`: announces every repository
+    /// of `registry` that a watch reads with them to the registry client, so that its first
+    /// registry-wide token covers them all (one token request at start, not one per group of
+    /// reconciles).
+    pub async fn expect_repositories(
+        &self,
+        key: &index::CredentialKey,
+        registry: &str,
+        creds: &crate::registry::Credentials,
+    ) {
+        {
+            let mut announced = self
+                .announced
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !announced.insert((key.clone(), registry.to_string())) {
+                return;
+            }
+        }
+        let Some(store) = self.store.get() else {
+            return;
+        };
+        // The cache is complete once the first list is in; reconciles may start before.
+        if tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let paths: Vec<String> = store
+            .state()
+            .iter()
+            .filter_map(|guard| guard.0.as_ref().ok())
+            .filter_map(reconcile::credential_key_of)
+            .filter(|(k, repo)| k == key && repo.registry == registry)
+            .map(|(_, repo)| repo.path)
+            .collect();
+        tracing::debug!(
+            registry,
+            repositories = paths.len(),
+            "announcing watched repositories for registry-wide tokens"
+        );
+        self.registry
+            .expect_repositories(registry, creds, paths.iter().map(String::as_str));
     }
 
     async fn backoff(

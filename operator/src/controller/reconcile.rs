@@ -215,6 +215,28 @@ fn validate_rules(
     Ok((policy, order, interval))
 }
 
+/// Which credentials a watch of one repository reads its registry with, and that
+/// repository, from its spec alone (no Secret is read). None for pattern watches and
+/// images that do not parse.
+pub(super) fn credential_key_of(watch: &ImageWatch) -> Option<(CredentialKey, RepositoryRef)> {
+    if watch.spec.is_pattern() {
+        return None;
+    }
+    let repo = RepositoryRef::parse(&watch.spec.image).ok()?;
+    let credentials = watch.spec.credentials.clone().unwrap_or_default();
+    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
+        || (is_ecr_host(&repo.registry).is_some() && credentials.secret_ref.is_none());
+    let key = match (credentials.secret_ref, use_ecr) {
+        (_, true) => CredentialKey::Ambient,
+        (Some(secret), false) => CredentialKey::Secret {
+            namespace: watch.namespace().unwrap_or_default(),
+            name: secret.name,
+        },
+        (None, false) => CredentialKey::Anonymous,
+    };
+    Some((key, repo))
+}
+
 /// Steps 1–2 for a watch of `registry`: the validated rules and the registry credentials.
 async fn rules(
     watch: &ImageWatch,
@@ -249,6 +271,10 @@ async fn rules(
         },
         (None, false) => CredentialKey::Anonymous,
     };
+    if !use_ecr {
+        ctx.expect_repositories(&credential_key, registry, &creds)
+            .await;
+    }
     Ok(Rules {
         namespace,
         policy,

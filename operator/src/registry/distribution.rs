@@ -312,6 +312,26 @@ impl RegistryClient {
         })
     }
 
+    /// Announces repositories of `registry` that will be read with `creds`, so that the next
+    /// registry-wide token covers them all (one token request at start instead of one per
+    /// group of repositories that happen to be scanned together).
+    pub fn expect_repositories<'a>(
+        &self,
+        registry: &str,
+        creds: &Credentials,
+        paths: impl IntoIterator<Item = &'a str>,
+    ) {
+        let key = WideKey {
+            registry: registry.to_string(),
+            identity: creds.identity(),
+        };
+        for path in paths {
+            self.inner
+                .wide_tokens
+                .remember(&key, &format!("repository:{path}:pull"));
+        }
+    }
+
     /// Number of bearer-token requests made so far by this client and its clones.
     pub fn token_fetches(&self) -> u64 {
         self.inner.token_fetches.load(Ordering::Relaxed)
