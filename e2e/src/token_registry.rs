@@ -200,7 +200,18 @@ impl TokenCounts {
 
     /// Most tokens issued for one scope.
     pub fn max_per_scope(&self) -> u64 {
-        self.by_scope.values().copied().max().unwrap_or(0)
+        self.per_scope().values().copied().max().unwrap_or(0)
+    }
+
+    /// Each scope, with the number of token requests that named it (alone or with others).
+    pub fn per_scope(&self) -> BTreeMap<String, u64> {
+        let mut scopes = BTreeMap::new();
+        for (joined, n) in &self.by_scope {
+            for scope in joined.split(' ').filter(|s| !s.is_empty()) {
+                *scopes.entry(scope.to_string()).or_default() += n;
+            }
+        }
+        scopes
     }
 }
 

@@ -277,9 +277,9 @@ fn watch_checks(r: &WatchResult) -> Vec<Check> {
         format!("{name}: credential (token) fetches per expiry, one registry"),
         "1".into(),
         format!(
-            "{} in the first token lifetime ({} scopes, at most {} per scope; {} refused); {} in the window",
+            "{} in the first token lifetime (naming {} repository scopes, each in at most {} requests; {} refused); {} in the window",
             thousands(r.sync_tokens.issued),
-            thousands(r.sync_tokens.by_scope.len() as u64),
+            thousands(r.sync_tokens.per_scope().len() as u64),
             r.sync_tokens.max_per_scope(),
             r.sync_tokens.refused,
             r.window_tokens.issued
