@@ -352,7 +352,7 @@ async fn real_registry_tags_digests_and_auth() {
 
     // Distribution 2.x ignores `n` on tag lists (tag pagination arrived in v3), so this
     // checks that asking for one tag per page still yields every tag from a registry that
-    // does not paginate; Link following is covered by `mock_registry_tests`.
+    // does not paginate; Link following is covered by `protocol_tests`.
     let (mut tags, pages) = client.list_tags_paged(&repo, &good).await.unwrap();
     tags.sort();
     assert_eq!(tags, vec!["v1", "v2", "v3"]);

@@ -41,7 +41,7 @@ mod created_tests;
 #[cfg(test)]
 mod live_registry_tests;
 #[cfg(test)]
-mod mock_registry_tests;
+mod protocol_tests;
 #[cfg(test)]
 mod resilience_tests;
 #[cfg(test)]

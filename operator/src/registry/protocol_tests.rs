@@ -1,6 +1,7 @@
-//! Tests of the scan step's registry client against the in-process test server: bearer
-//! token caching and single-flight, Basic auth, pagination, digest fallbacks and error
-//! mapping. The real-registry counterpart is `live_registry_tests`.
+//! Protocol tests of the scan step's registry client against the in-process test server,
+//! which answers on demand what a real registry rarely does: bearer token caching and
+//! single-flight, Basic auth, pagination, digest fallbacks and error mapping. The
+//! real-registry counterpart is `live_registry_tests`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
