@@ -27,8 +27,8 @@ fi
 eval "$("$SCRIPTS_DIR/testground.sh" up)"
 ((was_up)) || trap '"$SCRIPTS_DIR/testground.sh" down >/dev/null || true' EXIT
 # The operator logs at its production level: debug logging would be measured as well.
-RUST_LOG=${RUST_LOG:-info} IMAGEWATCH_BIN="$REPO/target/release/imagewatch" \
-  "$REPO/target/release/examples/bench"
+RUST_LOG=${RUST_LOG:-info} IMAGEWATCH_BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/imagewatch" \
+  "${CARGO_TARGET_DIR:-$REPO/target}/release/examples/bench"
 echo
 # Git write-back: 100 edits in one batch on a large repository vs a shallow clone per change.
 cargo bench -p imagewatch --bench git_batch

@@ -62,7 +62,8 @@ REPO_NAME=demo-$NS
 GIT_URL="${IMAGEWATCH_GIT_HTTP_URL}${REPO_NAME}.git"
 
 say "pushing my-api:canary-v1.2.3 and my-api:primary-v1.2.3 (what Git already runs)"
-IMAGE_REPO=my-api
+# A repository of its own, so a test ground that ran the demo before holds none of its tags.
+IMAGE_REPO=$NS/my-api
 "$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.3" >/dev/null
 "$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:primary-v1.2.3" >/dev/null
 
@@ -72,7 +73,7 @@ kubectl -n "$NS" create secret generic git-creds --from-literal=username="$IMAGE
   --from-literal=token="$IMAGEWATCH_GIT_TOKEN" >/dev/null
 
 say "starting the operator as ServiceAccount $NS/imagewatch (log: $DEMO/operator.log)"
-KUBECONFIG="$SA_KUBECONFIG" RUST_LOG=info target/debug/imagewatch run \
+KUBECONFIG="$SA_KUBECONFIG" RUST_LOG=info "${CARGO_TARGET_DIR:-target}/debug/imagewatch" run \
   --metrics-addr "127.0.0.1:$(free_port)" --cache-dir "$DEMO/cache" \
   --insecure-registry "$IMAGEWATCH_REGISTRY" --namespace "$NS" >"$DEMO/operator.log" 2>&1 &
 OP_PID=$!
@@ -82,7 +83,8 @@ sed -e "s#namespace: my-api#namespace: $NS#" \
   -e "s#registry.example.com/my-api#$IMAGEWATCH_REGISTRY/$IMAGE_REPO#" \
   -e "s#https://git.example.com/org/manifests.git#$GIT_URL#" \
   -e "s#interval: 1m#interval: 10s#" samples/canary-primary/imagewatches.yaml | kubectl apply -f -
-kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatches/my-api-canary imagewatches/my-api-primary >/dev/null
+kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatches/my-api-canary imagewatches/my-api-primary >/dev/null ||
+  { tail -30 "$DEMO/operator.log"; kubectl -n "$NS" get imagewatches; die "the ImageWatches did not become Ready"; }
 kubectl -n "$NS" get imagewatches
 
 say "CI pushes my-api:canary-v1.2.4"
