@@ -8,6 +8,12 @@
 //! Secret in the watch's namespace labelled `imagewatch.dev/git-credentials: "true"` whose
 //! annotation `imagewatch.dev/url-prefix` is the longest prefix of the repository URL.
 
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
@@ -174,6 +180,70 @@ pub async fn resolve(
     Ok((source, secret))
 }
 
+/// How long a resolved Application source (and its credentials Secret's name) is used before
+/// the Application is read again. Every watch of an application shares one answer, and a
+/// changed `repoURL`, `targetRevision` or `path` is seen within this time.
+pub const RESOLVE_CACHE_TTL: Duration = Duration::from_secs(15);
+
+/// Key: Application namespace and name, and the namespace searched for credentials.
+type ResolveKey = (String, String, String);
+type Resolved = (ApplicationSource, Option<String>);
+
+/// Application sources resolved recently; only successes are kept.
+#[derive(Debug, Default)]
+pub struct ResolveCache {
+    entries: Mutex<HashMap<ResolveKey, (Instant, Resolved)>>,
+}
+
+/// Above this many entries, expired ones are dropped when one is added.
+const RESOLVE_CACHE_PRUNE_AT: usize = 1024;
+
+impl ResolveCache {
+    fn get(&self, key: &ResolveKey, now: Instant) -> Option<Resolved> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries
+            .get(key)
+            .filter(|(at, _)| now.duration_since(*at) < RESOLVE_CACHE_TTL)
+            .map(|(_, resolved)| resolved.clone())
+    }
+
+    fn put(&self, key: ResolveKey, at: Instant, resolved: Resolved) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= RESOLVE_CACHE_PRUNE_AT {
+            entries.retain(|_, (t, _)| at.duration_since(*t) < RESOLVE_CACHE_TTL);
+        }
+        entries.insert(key, (at, resolved));
+    }
+}
+
+/// [`resolve`], answered from `cache` when the same Application was resolved for the same
+/// namespace within [`RESOLVE_CACHE_TTL`].
+pub async fn resolve_cached(
+    cache: &ResolveCache,
+    client: &Client,
+    argocd_namespace: &str,
+    namespace: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<Resolved, ReconcileError> {
+    let Some(app) = managing_application(annotations, labels) else {
+        return resolve(client, argocd_namespace, namespace, annotations, labels).await;
+    };
+    let key = (
+        app.namespace
+            .unwrap_or_else(|| argocd_namespace.to_string()),
+        app.name,
+        namespace.to_string(),
+    );
+    let now = Instant::now();
+    if let Some(resolved) = cache.get(&key, now) {
+        return Ok(resolved);
+    }
+    let resolved = resolve(client, argocd_namespace, namespace, annotations, labels).await?;
+    cache.put(key, now, resolved.clone());
+    Ok(resolved)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +254,27 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn resolve_cache_keeps_answers_for_their_ttl() {
+        let cache = ResolveCache::default();
+        let key = ("argocd".to_string(), "app".to_string(), "team".to_string());
+        let resolved = (
+            ApplicationSource {
+                repo_url: "https://git.example.com/m.git".into(),
+                branch: "main".into(),
+                path: "apps".into(),
+            },
+            Some("creds".to_string()),
+        );
+        let t0 = Instant::now();
+        assert_eq!(cache.get(&key, t0), None);
+        cache.put(key.clone(), t0, resolved.clone());
+        assert_eq!(cache.get(&key, t0 + Duration::from_secs(1)), Some(resolved));
+        let other = ("argocd".to_string(), "app".to_string(), "other".to_string());
+        assert_eq!(cache.get(&other, t0), None);
+        assert_eq!(cache.get(&key, t0 + RESOLVE_CACHE_TTL), None);
     }
 
     #[test]

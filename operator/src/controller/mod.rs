@@ -108,6 +108,8 @@ pub struct Context {
     work_slots: Arc<tokio::sync::Semaphore>,
     /// Secrets read recently (pull and git credentials).
     pub secrets: secrets::SecretCache,
+    /// Argo CD Application sources resolved recently (watches without `spec.git`).
+    pub argocd_sources: argocd::ResolveCache,
     /// (credentials, registry) whose watched repositories were announced to the registry
     /// client.
     announced: std::sync::Mutex<std::collections::HashSet<(index::CredentialKey, String)>>,
@@ -153,6 +155,7 @@ impl Context {
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
             secrets: secrets::SecretCache::default(),
+            argocd_sources: argocd::ResolveCache::default(),
             announced: std::sync::Mutex::default(),
         }
     }

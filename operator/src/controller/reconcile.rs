@@ -880,7 +880,8 @@ async fn shard_key(watch: &ImageWatch, ctx: &Context) -> String {
         return git.url.clone();
     }
     let namespace = watch.namespace().unwrap_or_default();
-    match super::argocd::resolve(
+    match super::argocd::resolve_cached(
+        &ctx.argocd_sources,
         &ctx.client,
         &ctx.argocd_namespace,
         &namespace,
@@ -910,7 +911,8 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
             push_branch: git.push_branch.clone(),
         });
     }
-    let (source, secret) = super::argocd::resolve(
+    let (source, secret) = super::argocd::resolve_cached(
+        &ctx.argocd_sources,
         &ctx.client,
         &ctx.argocd_namespace,
         &namespace,
