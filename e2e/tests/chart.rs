@@ -382,7 +382,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(3));
 
     // The RBAC stays least-privilege: no wildcard, no write verb on anything but status,
-    // Events and Leases.
+    // Events and Leases — except `patch` alone on PromotionPolicies (their finalizer).
     for role in kind(&docs, "ClusterRole")
         .into_iter()
         .chain(kind(&docs, "Role"))
@@ -405,8 +405,12 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
             if writes_something {
                 // The one Secret write: the namespaced Role creating the peer token (HA).
                 let peer_token = role["kind"] == "Role" && resources == ["secrets"];
+                let finalizer = role["kind"] == "ClusterRole"
+                    && resources == ["promotionpolicies"]
+                    && rule["verbs"] == serde_json::json!(["patch"]);
                 assert!(
                     peer_token
+                        || finalizer
                         || resources
                             .iter()
                             .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),

@@ -10,7 +10,10 @@
 //! the loop (the next reconcile finds production current).
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -26,17 +29,21 @@ use imagewatch_e2e::{
     setup::{Scenario, create_secret},
     wait_until,
 };
-use kube::Api;
+use kube::{Api, api::DeleteParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A GitHub REST/GraphQL stub keeping pull requests in memory, answering in the documented
-/// shapes (`pulls` list/create/update, `issues/{n}/labels`, GraphQL auto-merge).
+/// shapes (`pulls` list/create/update, `issues/{n}/labels`, GraphQL auto-merge). While
+/// `down` is set it answers every request with 503.
 #[derive(Clone, Default)]
 struct GithubStub {
     prs: Arc<Mutex<Vec<Value>>>,
     requests: Arc<Mutex<Vec<(Method, String)>>>,
+    /// Numbers of the pull requests a `PATCH {state: closed}` closed, one entry per request.
+    closes: Arc<Mutex<Vec<i64>>>,
+    down: Arc<AtomicBool>,
 }
 
 impl GithubStub {
@@ -69,6 +76,9 @@ impl GithubStub {
             .lock()
             .unwrap()
             .push((method.clone(), uri.to_string()));
+        if self.down.load(Ordering::SeqCst) {
+            return (503, json!({"message": "Service Unavailable"}));
+        }
         if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer forge-token")
         {
             return (401, json!({"message": "Bad credentials"}));
@@ -113,6 +123,9 @@ impl GithubStub {
             let Some(pr) = prs.iter_mut().find(|p| p["number"] == n) else {
                 return (404, json!({"message": "Not Found"}));
             };
+            if body["state"] == "closed" {
+                self.closes.lock().unwrap().push(n);
+            }
             for key in ["title", "body", "state"] {
                 if !body[key].is_null() {
                     pr[key] = body[key].clone();
@@ -558,6 +571,203 @@ spec:
     ] {
         assert!(events.contains(reason), "{events}");
     }
+    Ok(())
+}
+
+/// Deleting a policy closes its pull request (the finalizer `imagewatch.dev/close-pull-request`
+/// holds the deletion until then); with the forge failing, the deletion still completes once
+/// the close timeout (5s here, 5m by default) has passed, and the pull request is left open.
+#[tokio::test]
+async fn deleting_a_policy_closes_its_pull_request() -> anyhow::Result<()> {
+    let s = Scenario::start("promodel", &["--pull-request-close-timeout", "5s"]).await?;
+    let registry = s.ground.registry()?;
+    let sfx = random_suffix();
+    let image = format!("{}/e2e/app-{sfx}/my-api", registry.host);
+    registry.push(&format!("e2e/app-{sfx}/my-api"), "v1.0.0")?;
+    let repo = format!("promodel-{}", s.ns.name);
+    let url = seed_manifests(
+        &s,
+        &repo,
+        &[format!("{image}:v1.0.0")],
+        &[format!("{image}:v1.0.0")],
+    )?;
+    let forge = GithubStub::default();
+    let api_url = forge.start().await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "forge-token",
+        "Opaque",
+        &[("token", "forge-token")],
+    )
+    .await?;
+    let policy = |name: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api, stage: stg}}}}}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+    branch: release
+  mode: PullRequest
+  pullRequest:
+    provider: github
+    apiUrl: "{api_url}"
+    repository: octo-org/manifests
+    secretRef: {{name: forge-token}}
+  interval: 10s
+"#,
+            ns = s.ns.name
+        )
+    };
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: my-api-stg
+  namespace: {ns}
+  labels: {{app: my-api, stage: stg}}
+spec:
+  image: {image}
+  tags: {{pattern: "v*"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+  target:
+    argocdSource: {{path: overlays/staging, application: my-api-stg, image: "{image}"}}
+---
+{a}---
+{b}"#,
+        ns = s.ns.name,
+        a = policy("my-api"),
+        b = policy("my-api-b"),
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let finalizer = "imagewatch.dev/close-pull-request";
+    let has_finalizer = |p: &PromotionPolicy| {
+        p.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == finalizer)
+    };
+
+    // Up to date: no pull request, so no finalizer.
+    let p = wait_policy(&s, &policies, "my-api", "policy up to date", |p| {
+        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+    })
+    .await?;
+    assert!(!has_finalizer(&p), "{:?}", p.metadata.finalizers);
+
+    // A new staging tag: each policy opens its pull request and carries the finalizer.
+    registry.push(&format!("e2e/app-{sfx}/my-api"), "v1.1.0")?;
+    s.wait_applied("my-api-stg", "v1.1.0").await?;
+    let mut numbers = Vec::new();
+    for name in ["my-api", "my-api-b"] {
+        let p = wait_policy(&s, &policies, name, "pull request open", |p| {
+            condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
+        })
+        .await?;
+        assert!(has_finalizer(&p), "{name}: {:?}", p.metadata.finalizers);
+        let pr = p
+            .status
+            .and_then(|st| st.pull_request)
+            .expect("status.pullRequest");
+        numbers.push(pr.number);
+    }
+    assert_eq!(forge.all().len(), 2);
+    let (first, second) = (numbers[0], numbers[1]);
+
+    // Deleted: the pull request is closed once, then the object goes.
+    policies.delete("my-api", &DeleteParams::default()).await?;
+    wait_until("policy my-api deleted", TIMEOUT, || async {
+        Ok(policies.get_opt("my-api").await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))?;
+    assert_eq!(
+        *forge.closes.lock().unwrap(),
+        vec![first],
+        "closed exactly once"
+    );
+    let prs = forge.all();
+    let state = |n: i64| {
+        prs.iter()
+            .find(|p| p["number"] == n)
+            .map(|p| p["state"].clone())
+    };
+    assert_eq!(state(first), Some(json!("closed")));
+    assert_eq!(state(second), Some(json!("open")));
+
+    // The forge fails: the deletion still completes after the close timeout, and the pull
+    // request is left open.
+    forge.down.store(true, Ordering::SeqCst);
+    policies
+        .delete("my-api-b", &DeleteParams::default())
+        .await?;
+    let held = policies.get_opt("my-api-b").await?;
+    assert!(
+        held.as_ref().is_some_and(has_finalizer),
+        "the finalizer holds the deletion first"
+    );
+    wait_until("policy my-api-b deleted", TIMEOUT, || async {
+        Ok(policies.get_opt("my-api-b").await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))?;
+    assert!(
+        forge.count(
+            Method::PATCH,
+            &format!("/repos/octo-org/manifests/pulls/{second}")
+        ) >= 1,
+        "a close was tried"
+    );
+    assert_eq!(*forge.closes.lock().unwrap(), vec![first]);
+    assert_eq!(
+        forge
+            .all()
+            .iter()
+            .find(|p| p["number"] == second)
+            .map(|p| p["state"].clone()),
+        Some(json!("open"))
+    );
+
+    let metrics = s.operator.metrics().await?;
+    // One close, one give-up; the failed attempts before it (backoff from 2s) are counted.
+    for line in [
+        "imagewatch_promotions_total{outcome=\"pr_closed_on_delete\"} 1\n",
+        "imagewatch_promotions_total{outcome=\"pr_left_open\"} 1\n",
+        "imagewatch_promotions_total{outcome=\"pr_close_failed\"} ",
+    ] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
+    let events = s.ground.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &s.ns.name,
+        "-o",
+        "jsonpath={range .items[*]}{.reason} {.regarding.name}: {.note}{\"\\n\"}{end}",
+    ])?;
+    assert!(
+        events.contains(&format!(
+            "PullRequestClosed my-api: closed #{first} https://github.test/octo-org/manifests/pull/{first}"
+        )),
+        "{events}"
+    );
+    assert!(
+        events.contains("PullRequestCloseFailed my-api-b"),
+        "{events}"
+    );
+    assert!(
+        events.contains(&format!(
+            "PullRequestLeftOpen my-api-b: gave up closing #{second} https://github.test/octo-org/manifests/pull/{second}"
+        )),
+        "{events}"
+    );
     Ok(())
 }
 

@@ -114,6 +114,10 @@ pub struct RunArgs {
     /// before-push, mid-push, after-push). Never set in production.
     #[arg(long, env = "IMAGEWATCH_TEST_CRASH_POINT", hide = true, value_parser = parse_write_point)]
     pub test_crash_point: Option<crate::git::WritePoint>,
+    /// After a PromotionPolicy is deleted, how long closing its pull request is retried before
+    /// its finalizer is removed anyway (the pull request is then left open).
+    #[arg(long, env = "IMAGEWATCH_PULL_REQUEST_CLOSE_TIMEOUT", hide = true, default_value = "5m", value_parser = parse_duration_arg)]
+    pub pull_request_close_timeout: Duration,
     /// Address of the registry webhook receiver (`/hooks/*`); unset: no receiver.
     #[arg(long, env = "IMAGEWATCH_WEBHOOK_ADDR")]
     pub webhook_addr: Option<SocketAddr>,

@@ -22,6 +22,16 @@
 //! Also triggered when an ImageWatch in the policy's namespace changes (a new applied tag
 //! makes a new candidate at once), and every `spec.interval` (soaks end, Applications become
 //! healthy, approvals arrive).
+//!
+//! **Deletion.** While a pull request is recorded in `status.pullRequest` (and just before one
+//! is opened) the policy carries the finalizer [`FINALIZER`]; it is removed once no pull
+//! request is recorded any more (closed, merged, mode Commit). A deleted policy's pull request
+//! is closed on the forge (already closed, merged or gone counts as done; the branch stays,
+//! as when the operator closes it otherwise), with an Event and a `promotions` count, and the
+//! finalizer is removed. A forge that keeps failing is retried with backoff for at most
+//! [`PromotionOptions::close_timeout`] after the deletion; then the finalizer is removed
+//! anyway and a Warning Event names the pull request left open, so a namespace being deleted
+//! never waits on a forge for long.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -41,7 +51,9 @@ use imagewatch_crd::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
+    api::{
+        ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
+    },
     core::{DeserializeGuard, Selector},
     runtime::{
         Controller,
@@ -78,6 +90,12 @@ use crate::{
 /// Promotions kept in `status.lastPromotions`.
 pub const HISTORY: usize = 10;
 
+/// Finalizer held while the policy has a pull request open: a deleted policy closes it first.
+pub const FINALIZER: &str = "imagewatch.dev/close-pull-request";
+
+/// Longest wait between two attempts to close a deleted policy's pull request.
+const CLOSE_RETRY_MAX: Duration = Duration::from_secs(60);
+
 /// Settings of the PromotionPolicy controller.
 #[derive(Debug, Clone)]
 pub struct PromotionOptions {
@@ -91,6 +109,9 @@ pub struct PromotionOptions {
     pub namespace: Option<String>,
     /// Policy reconciles running at once.
     pub concurrency: u16,
+    /// After a policy's deletion, how long closing its pull request is retried before the
+    /// finalizer is removed anyway.
+    pub close_timeout: Duration,
 }
 
 impl PromotionOptions {
@@ -105,6 +126,7 @@ impl PromotionOptions {
             push_attempts: args.push_attempts,
             namespace: args.namespace.clone(),
             concurrency: args.max_concurrent_reconciles.max(1),
+            close_timeout: args.pull_request_close_timeout,
         }
     }
 }
@@ -117,6 +139,7 @@ struct Shared {
     push_attempts: u32,
     http: reqwest::Client,
     failures: Mutex<HashMap<ObjectRef<DeserializeGuard<PromotionPolicy>>, u32>>,
+    close_timeout: Duration,
 }
 
 /// Runs the PromotionPolicy controller until `shutdown` is cancelled. Reconciles use the
@@ -142,6 +165,7 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         push_attempts: options.push_attempts.max(1),
         http,
         failures: Mutex::default(),
+        close_timeout: options.close_timeout,
     });
     let (policies, watches): (
         Api<DeserializeGuard<PromotionPolicy>>,
@@ -324,6 +348,16 @@ async fn reconcile(
     let policy = match &guard.0 {
         Ok(policy) => policy,
         Err(invalid) => {
+            if invalid.metadata.deletion_timestamp.is_some() && has_finalizer(&invalid.metadata) {
+                // The recorded pull request cannot be read from an object that does not parse.
+                tracing::warn!(
+                    policy = ?invalid.metadata.name,
+                    error = %invalid.error,
+                    "deleted PromotionPolicy does not match the schema; its pull request (if any) is left open"
+                );
+                remove_finalizer(&shared.ctx.client, &invalid.metadata).await?;
+                return Ok(Action::await_change());
+            }
             super::status::report_invalid_object::<PromotionPolicy>(&shared.ctx.client, invalid)
                 .await?;
             return Ok(Action::await_change());
@@ -344,7 +378,11 @@ async fn reconcile(
     let Some(_shard) = shared.ctx.enter_shard(&shard_key) else {
         return Ok(Action::requeue(interval));
     };
-    let result = reconcile_policy(policy, &shared).await;
+    if policy.meta().deletion_timestamp.is_some() {
+        return finalize(policy, key, &shared).await;
+    }
+    let mut finalizer_present = has_finalizer(policy.meta());
+    let result = reconcile_policy(policy, &shared, &mut finalizer_present).await;
     let outcome_label = match &result {
         Ok(o) => match &o.delivery {
             Delivery::UpToDate { closed: Some(_) } => "pr_closed",
@@ -376,7 +414,19 @@ async fn reconcile(
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(policy, &result, &now);
     publish_events(policy, &result, &shared).await;
+    let change = finalizer_change(
+        finalizer_present,
+        wants_finalizer(&new_status),
+        result.is_ok(),
+    );
     patch_status_if_changed(policy, new_status, &shared.ctx.client).await?;
+    match change {
+        Some(FinalizerChange::Add) => add_finalizer(&shared.ctx.client, policy.meta()).await?,
+        Some(FinalizerChange::Remove) => {
+            remove_finalizer(&shared.ctx.client, policy.meta()).await?
+        }
+        None => {}
+    }
     tracing::debug!(policy = %policy.name_any(), outcome = outcome_label, "reconciled promotion policy");
     match result {
         Ok(outcome) => {
@@ -427,6 +477,325 @@ fn error_policy(
         .inc();
     tracing::warn!(policy = ?obj.meta().name, error = %error, "promotion reconcile failed; retrying");
     Action::requeue(Duration::from_secs(10))
+}
+
+/// Whether `meta` carries [`FINALIZER`].
+pub fn has_finalizer(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
+}
+
+/// Whether a policy with this status needs [`FINALIZER`] (pure): while a pull request is
+/// recorded. Mode Commit records none, so it never does.
+pub fn wants_finalizer(status: &PromotionPolicyStatus) -> bool {
+    status.pull_request.is_some()
+}
+
+/// A change of a policy's finalizers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizerChange {
+    /// Add [`FINALIZER`].
+    Add,
+    /// Remove [`FINALIZER`].
+    Remove,
+}
+
+/// What to do with [`FINALIZER`] after a reconcile (pure). It is removed only after a
+/// successful reconcile: a failed one keeps the last known pull request, and adding and
+/// removing it on every failure would only make watch events.
+pub fn finalizer_change(present: bool, wanted: bool, succeeded: bool) -> Option<FinalizerChange> {
+    match (present, wanted) {
+        (false, true) => Some(FinalizerChange::Add),
+        (true, false) if succeeded => Some(FinalizerChange::Remove),
+        _ => None,
+    }
+}
+
+/// The JSON patch adding or removing [`FINALIZER`] in `meta`, `None` when there is nothing
+/// to do (pure). Each patch tests what it changes, so a concurrent change of the finalizers
+/// makes it fail (and the reconcile retry) instead of dropping someone else's finalizer.
+pub fn finalizer_patch(meta: &ObjectMeta, change: FinalizerChange) -> Option<serde_json::Value> {
+    let current = meta.finalizers.clone().unwrap_or_default();
+    let at = current.iter().position(|f| f == FINALIZER);
+    match (change, at) {
+        (FinalizerChange::Add, Some(_)) | (FinalizerChange::Remove, None) => None,
+        (FinalizerChange::Add, None) if current.is_empty() => Some(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])),
+        (FinalizerChange::Add, None) => Some(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])),
+        (FinalizerChange::Remove, Some(i)) => Some(json!([
+            {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": FINALIZER},
+            {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+        ])),
+    }
+}
+
+/// Applies [`finalizer_patch`] to the policy `meta` names. Through a dynamic API, so that an
+/// object which does not match the schema can still lose its finalizer. A failed test (the
+/// finalizers changed since `meta` was read) is answered by reading the object again and
+/// patching once more; an object already gone is done.
+async fn patch_finalizer(
+    client: &Client,
+    meta: &ObjectMeta,
+    change: FinalizerChange,
+) -> Result<(), kube::Error> {
+    let resource = ApiResource::erase::<PromotionPolicy>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        meta.namespace.as_deref().unwrap_or_default(),
+        &resource,
+    );
+    let name = meta.name.clone().unwrap_or_default();
+    let mut meta = meta.clone();
+    for attempt in 0..2 {
+        let Some(ops) = finalizer_patch(&meta, change) else {
+            return Ok(());
+        };
+        let patch: Patch<()> =
+            Patch::Json(serde_json::from_value(ops).map_err(kube::Error::SerdeError)?);
+        match api.patch(&name, &PatchParams::default(), &patch).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if (s.code == 422 || s.code == 409) && attempt == 0 => {
+                match api.get_opt(&name).await? {
+                    Some(fresh) => meta = fresh.metadata,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn add_finalizer(client: &Client, meta: &ObjectMeta) -> Result<(), kube::Error> {
+    patch_finalizer(client, meta, FinalizerChange::Add).await
+}
+
+async fn remove_finalizer(client: &Client, meta: &ObjectMeta) -> Result<(), kube::Error> {
+    patch_finalizer(client, meta, FinalizerChange::Remove).await
+}
+
+/// What follows an attempt to close a deleted policy's pull request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseStep {
+    /// Closed (or nothing left to close): remove the finalizer.
+    Done,
+    /// Try again after this long.
+    Retry(Duration),
+    /// Stop trying: remove the finalizer and leave the pull request open.
+    GiveUp,
+}
+
+/// Whether a close answered by `e` needs nothing more (pure): the pull request is gone (404)
+/// or the forge refuses to close it because it is no longer open (closed, merged).
+pub fn close_not_needed(e: &ForgeError) -> bool {
+    matches!(e, ForgeError::NotFound { .. } | ForgeError::Rejected { .. })
+}
+
+/// The step after a close attempt of a policy deleted `since_deletion` ago, the
+/// `attempts`-th failure in a row when `failure` is set (pure). Backoff doubles from 2s up to
+/// [`CLOSE_RETRY_MAX`] (or waits what the forge asks), never past `timeout`; an error only a
+/// change of the (deleted) spec could fix gives up at once.
+pub fn close_step(
+    failure: Option<&PromotionError>,
+    since_deletion: Duration,
+    timeout: Duration,
+    attempts: u32,
+) -> CloseStep {
+    let Some(e) = failure else {
+        return CloseStep::Done;
+    };
+    let permanent = matches!(
+        e,
+        PromotionError::InvalidSpec(_) | PromotionError::Forge(ForgeError::InvalidConfig(_))
+    );
+    if permanent || since_deletion >= timeout {
+        return CloseStep::GiveUp;
+    }
+    let backoff = match e {
+        PromotionError::Forge(f) if f.retry_after().is_some() => {
+            f.retry_after().unwrap_or_default()
+        }
+        _ => Duration::from_secs(2u64.saturating_pow(attempts.clamp(1, 10))),
+    };
+    let left = timeout - since_deletion;
+    CloseStep::Retry(
+        backoff
+            .min(CLOSE_RETRY_MAX)
+            .min(left)
+            .max(Duration::from_secs(1)),
+    )
+}
+
+/// Closes the pull request recorded in a deleted policy's status. `Ok(true)`: it was no
+/// longer open.
+async fn close_recorded(
+    policy: &PromotionPolicy,
+    recorded: &PullRequestRef,
+    shared: &Shared,
+) -> Result<bool, PromotionError> {
+    // The repository URL only names the forge's repository when `pullRequest.repository` or
+    // `pullRequest.apiUrl` are not set; the source watches may be gone already.
+    let git_url = if policy.spec.to.git.is_some() {
+        target_repository(policy, &[], shared).await.map(|r| r.0)
+    } else {
+        match list_source_watches(policy, &shared.ctx.client).await {
+            Ok(watches) => target_repository(policy, &watches, shared)
+                .await
+                .map(|r| r.0),
+            Err(e) => Err(e),
+        }
+    };
+    let forge = match forge_client(policy, git_url.as_deref().unwrap_or_default(), shared).await {
+        Ok(forge) => forge,
+        Err(PromotionError::Forge(ForgeError::InvalidConfig(_))) if git_url.is_err() => {
+            return Err(git_url
+                .err()
+                .unwrap_or_else(|| PromotionError::Internal("the repository is unknown".into())));
+        }
+        Err(e) => return Err(e),
+    };
+    let pr = PullRequest {
+        number: recorded.number,
+        url: recorded.url.clone(),
+        title: String::new(),
+        body: String::new(),
+        head: recorded.branch.clone(),
+        base: String::new(),
+        head_sha: None,
+        labels: Vec::new(),
+        auto_merge: false,
+        node_id: None,
+    };
+    match forge.close(&pr).await {
+        Ok(()) => Ok(false),
+        Err(e) if close_not_needed(&e) => {
+            tracing::debug!(error = %e, url = %recorded.url, "pull request of a deleted policy was not open");
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A deleted policy: close its recorded pull request, then remove [`FINALIZER`]; retry a
+/// failing forge until `close_timeout` after the deletion, then give up.
+async fn finalize(
+    policy: &PromotionPolicy,
+    key: ObjectRef<DeserializeGuard<PromotionPolicy>>,
+    shared: &Shared,
+) -> Result<Action, PromotionError> {
+    if !has_finalizer(policy.meta()) {
+        return Ok(Action::await_change());
+    }
+    let client = &shared.ctx.client;
+    let Some(recorded) = policy.status.as_ref().and_then(|s| s.pull_request.clone()) else {
+        remove_finalizer(client, policy.meta()).await?;
+        shared.failures.lock().await.remove(&key);
+        return Ok(Action::await_change());
+    };
+    let now = jiff::Timestamp::now();
+    let deleted_at = policy
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map_or(now, |t| t.0);
+    let since_deletion = now
+        .duration_since(deleted_at)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    let result = close_recorded(policy, &recorded, shared).await;
+    let attempts = match &result {
+        Ok(_) => 0,
+        Err(_) => {
+            let mut failures = shared.failures.lock().await;
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        }
+    };
+    let step = close_step(
+        result.as_ref().err(),
+        since_deletion,
+        shared.close_timeout,
+        attempts,
+    );
+    let pr = format!("#{} {}", recorded.number, recorded.url);
+    let (event_type, reason, note, outcome) = match (&result, step) {
+        (Ok(false), _) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("closed {pr}: the PromotionPolicy was deleted"),
+            "pr_closed_on_delete",
+        ),
+        (Ok(true), _) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("{pr} was already closed, merged or gone: the PromotionPolicy was deleted"),
+            "pr_closed_on_delete",
+        ),
+        (Err(e), CloseStep::Retry(after)) => (
+            EventType::Warning,
+            "PullRequestCloseFailed",
+            format!(
+                "cannot close {pr} of the deleted PromotionPolicy: {e}; retrying in {}s, for at most {}s after the deletion",
+                after.as_secs(),
+                shared.close_timeout.as_secs()
+            ),
+            "pr_close_failed",
+        ),
+        (Err(e), _) => (
+            EventType::Warning,
+            "PullRequestLeftOpen",
+            format!(
+                "gave up closing {pr} of the deleted PromotionPolicy; the pull request is left open: {e}"
+            ),
+            "pr_left_open",
+        ),
+    };
+    shared
+        .ctx
+        .metrics
+        .promotions
+        .get_or_create(&PromotionLabels {
+            outcome: outcome.to_string(),
+        })
+        .inc();
+    let event = Event {
+        type_: event_type,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1024)),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    // In a namespace being deleted no Event can be created; the log keeps the note.
+    if let Err(e) = shared
+        .ctx
+        .recorder
+        .publish(&event, &policy.object_ref(&()))
+        .await
+    {
+        tracing::debug!(error = %e, "cannot publish Event");
+    }
+    match step {
+        CloseStep::Retry(after) => {
+            tracing::warn!(policy = %policy.name_any(), note = %note, "closing the pull request of a deleted policy failed");
+            Ok(Action::requeue(after))
+        }
+        CloseStep::Done | CloseStep::GiveUp => {
+            if step == CloseStep::GiveUp {
+                tracing::warn!(policy = %policy.name_any(), note = %note, "pull request of a deleted policy left open");
+            } else {
+                tracing::info!(policy = %policy.name_any(), note = %note, "pull request of a deleted policy closed");
+            }
+            remove_finalizer(client, policy.meta()).await?;
+            shared.failures.lock().await.remove(&key);
+            Ok(Action::await_change())
+        }
+    }
 }
 
 /// Step 1 (pure): checks what the API server's schema cannot.
@@ -538,15 +907,16 @@ async fn list_source_watches(
         .items)
 }
 
-async fn resolve_location(
+/// The target repository: its URL, the name of its Git Secret, and its branch.
+async fn target_repository(
     policy: &PromotionPolicy,
     watches: &[ImageWatch],
     shared: &Shared,
-) -> Result<Location, PromotionError> {
+) -> Result<(String, Option<String>, String), PromotionError> {
     let namespace = policy.namespace().unwrap_or_default();
     let spec = &policy.spec;
     let client = &shared.ctx.client;
-    let (url, secret, repo_branch) = match (&spec.to.git, watches.first()) {
+    Ok(match (&spec.to.git, watches.first()) {
         (Some(git), _) => (
             git.url.clone(),
             git.secret_ref.as_ref().map(|s| s.name.clone()),
@@ -575,7 +945,17 @@ async fn resolve_location(
                 "spec.to.git is not set and no source ImageWatch names a repository".into(),
             ));
         }
-    };
+    })
+}
+
+async fn resolve_location(
+    policy: &PromotionPolicy,
+    watches: &[ImageWatch],
+    shared: &Shared,
+) -> Result<Location, PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let spec = &policy.spec;
+    let (url, secret, repo_branch) = target_repository(policy, watches, shared).await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(&shared.ctx, &namespace, &name).await?,
         None => GitAuth::Anonymous,
@@ -803,10 +1183,12 @@ fn candidate_error(e: CandidateError) -> PromotionError {
     }
 }
 
-/// Steps 1–5.
+/// Steps 1–5. `finalizer_present` tells whether the policy carries [`FINALIZER`]; it is added
+/// (and set) before a pull request is opened.
 async fn reconcile_policy(
     policy: &PromotionPolicy,
     shared: &Shared,
+    finalizer_present: &mut bool,
 ) -> Result<Outcome, PromotionError> {
     let spec = &policy.spec;
     let namespace = policy.namespace().unwrap_or_default();
@@ -909,7 +1291,7 @@ async fn reconcile_policy(
                 .as_ref()
                 .is_none_or(|s| !s.conditions.iter().any(|c| c.type_ == PULL_REQUEST_OPEN));
             if known || (first_look && read.pr_tip.is_some()) {
-                let forge = forge_client(policy, &location, shared).await?;
+                let forge = forge_client(policy, &location.url, shared).await?;
                 if let Some(open) = forge.find_open(&pr_branch, &location.base).await? {
                     forge.close(&open).await?;
                     outcome.delivery = Delivery::UpToDate { closed: Some(open) };
@@ -988,7 +1370,12 @@ async fn reconcile_policy(
             let settings = spec.pull_request.clone().ok_or_else(|| {
                 PromotionError::InvalidSpec("spec.pullRequest is required".into())
             })?;
-            let forge = forge_client(policy, &location, shared).await?;
+            let forge = forge_client(policy, &location.url, shared).await?;
+            if !*finalizer_present {
+                // Before the pull request exists, so that a deletion never misses it.
+                add_finalizer(client, policy.meta()).await?;
+                *finalizer_present = true;
+            }
             let ensured = forge
                 .ensure(&NewPullRequest {
                     head: pr_branch.clone(),
@@ -1120,7 +1507,7 @@ async fn check_images(
 
 async fn forge_client(
     policy: &PromotionPolicy,
-    location: &Location,
+    git_url: &str,
     shared: &Shared,
 ) -> Result<ForgeClient, PromotionError> {
     let settings = policy.spec.pull_request.as_ref().ok_or_else(|| {
@@ -1137,7 +1524,7 @@ async fn forge_client(
         settings.provider,
         settings.api_url.as_deref(),
         settings.repository.as_deref(),
-        &location.url,
+        git_url,
         token,
         shared.http.clone(),
     )?
@@ -1904,5 +2291,197 @@ mod tests {
         assert_eq!(s.candidate_summary.as_deref(), Some("my-api:v2"));
         assert_eq!(cond(&s, READY).reason, "ForgeError");
         assert!(cond(&s, READY).message.contains("retry in 30s"));
+    }
+
+    #[test]
+    fn only_a_recorded_pull_request_wants_the_finalizer() {
+        let mut status = PromotionPolicyStatus::default();
+        assert!(!wants_finalizer(&status));
+        status.pull_request = Some(PullRequestRef {
+            url: "u".into(),
+            number: 3,
+            branch: "b".into(),
+        });
+        assert!(wants_finalizer(&status));
+
+        // Mode Commit records no pull request, so its policies never get the finalizer.
+        let p = policy(json!({"mode": "Commit"}));
+        let committed = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(
+                Delivery::Committed {
+                    commit: "abc".into(),
+                },
+                Some(GateReport::default()),
+                "v1",
+            )
+        };
+        assert!(!wants_finalizer(&build_status(&p, &Ok(committed), &t(1))));
+
+        // Opened: wanted; closed because production matches: not any more.
+        let p = policy(json!({}));
+        let proposed = outcome(
+            Delivery::Proposed {
+                pull_request: pr(3),
+                action: EnsureAction::Created,
+                commit: "abc".into(),
+                pushed: true,
+            },
+            Some(GateReport::default()),
+            "v1",
+        );
+        let mut open = p.clone();
+        open.status = Some(build_status(&p, &Ok(proposed), &t(1)));
+        assert!(wants_finalizer(open.status.as_ref().unwrap()));
+        let closed = outcome(
+            Delivery::UpToDate {
+                closed: Some(pr(3)),
+            },
+            None,
+            "v2",
+        );
+        assert!(!wants_finalizer(&build_status(&open, &Ok(closed), &t(2))));
+        // A failed reconcile keeps the pull request it knew, and so the finalizer.
+        let err = PromotionError::Git(GitError::apply("x"));
+        assert!(wants_finalizer(&build_status(&open, &Err(err), &t(3))));
+    }
+
+    #[test]
+    fn the_finalizer_is_removed_only_after_a_successful_reconcile() {
+        use FinalizerChange::*;
+        assert_eq!(finalizer_change(false, true, true), Some(Add));
+        assert_eq!(finalizer_change(false, true, false), Some(Add));
+        assert_eq!(finalizer_change(true, false, true), Some(Remove));
+        assert_eq!(finalizer_change(true, false, false), None);
+        assert_eq!(finalizer_change(true, true, true), None);
+        assert_eq!(finalizer_change(false, false, true), None);
+    }
+
+    #[test]
+    fn finalizer_patches_test_what_they_change() {
+        let mut meta = ObjectMeta::default();
+        assert!(!has_finalizer(&meta));
+        assert_eq!(finalizer_patch(&meta, FinalizerChange::Remove), None);
+        assert_eq!(
+            finalizer_patch(&meta, FinalizerChange::Add),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+            ]))
+        );
+        meta.finalizers = Some(vec!["other.example/keep".into()]);
+        assert_eq!(
+            finalizer_patch(&meta, FinalizerChange::Add),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["other.example/keep"]},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+            ]))
+        );
+        meta.finalizers = Some(vec!["other.example/keep".into(), FINALIZER.into()]);
+        assert!(has_finalizer(&meta));
+        assert_eq!(finalizer_patch(&meta, FinalizerChange::Add), None);
+        assert_eq!(
+            finalizer_patch(&meta, FinalizerChange::Remove),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ]))
+        );
+    }
+
+    #[test]
+    fn closing_on_deletion_retries_with_backoff_then_gives_up() {
+        let timeout = Duration::from_secs(300);
+        let secs = Duration::from_secs;
+        assert_eq!(close_step(None, secs(0), timeout, 0), CloseStep::Done);
+        assert_eq!(close_step(None, secs(900), timeout, 7), CloseStep::Done);
+        let server = PromotionError::Forge(ForgeError::Server {
+            provider: "github",
+            status: 502,
+            message: "bad gateway".into(),
+        });
+        assert_eq!(
+            close_step(Some(&server), secs(0), timeout, 1),
+            CloseStep::Retry(secs(2))
+        );
+        assert_eq!(
+            close_step(Some(&server), secs(10), timeout, 3),
+            CloseStep::Retry(secs(8))
+        );
+        assert_eq!(
+            close_step(Some(&server), secs(10), timeout, 9),
+            CloseStep::Retry(CLOSE_RETRY_MAX),
+            "capped"
+        );
+        assert_eq!(
+            close_step(Some(&server), secs(290), timeout, 9),
+            CloseStep::Retry(secs(10)),
+            "never past the timeout"
+        );
+        assert_eq!(
+            close_step(Some(&server), secs(300), timeout, 9),
+            CloseStep::GiveUp
+        );
+        let limited = PromotionError::Forge(ForgeError::RateLimited {
+            provider: "github",
+            retry_after: Some(secs(30)),
+            message: "slow down".into(),
+        });
+        assert_eq!(
+            close_step(Some(&limited), secs(0), timeout, 1),
+            CloseStep::Retry(secs(30))
+        );
+        // The Secret went with the namespace: retried like any other failure, within bounds.
+        let secret = PromotionError::CredentialsNotFound("forge Secret t/forge-token".into());
+        assert_eq!(
+            close_step(Some(&secret), secs(1), timeout, 2),
+            CloseStep::Retry(secs(4))
+        );
+        assert_eq!(
+            close_step(Some(&secret), secs(301), timeout, 2),
+            CloseStep::GiveUp
+        );
+        // What only the deleted spec could fix is not retried.
+        let config = PromotionError::Forge(ForgeError::InvalidConfig("no repository".into()));
+        assert_eq!(
+            close_step(Some(&config), secs(0), timeout, 1),
+            CloseStep::GiveUp
+        );
+        let spec = PromotionError::InvalidSpec("spec.pullRequest is required".into());
+        assert_eq!(
+            close_step(Some(&spec), secs(0), timeout, 1),
+            CloseStep::GiveUp
+        );
+    }
+
+    #[test]
+    fn a_pull_request_no_longer_open_needs_no_close() {
+        assert!(close_not_needed(&ForgeError::NotFound {
+            provider: "github",
+            message: "Not Found".into(),
+        }));
+        assert!(close_not_needed(&ForgeError::Rejected {
+            provider: "gitlab",
+            status: 405,
+            message: "merge request is merged".into(),
+        }));
+        for e in [
+            ForgeError::Unauthorized {
+                provider: "github",
+                status: 401,
+                message: "Bad credentials".into(),
+            },
+            ForgeError::Server {
+                provider: "gitea",
+                status: 503,
+                message: "down".into(),
+            },
+            ForgeError::Transport {
+                provider: "github",
+                message: "connection refused".into(),
+            },
+        ] {
+            assert!(!close_not_needed(&e), "{e}");
+        }
     }
 }
