@@ -62,14 +62,7 @@ impl Scenario {
             &[(".dockerconfigjson", &registry.dockerconfigjson())],
         )
         .await?;
-        create_secret(
-            &admin,
-            &ns.name,
-            "git-creds",
-            "Opaque",
-            &[("username", &git.user), ("token", &git.token)],
-        )
-        .await?;
+        create_git_secret(&admin, &ns.name, &git).await?;
         // Each test's operator watches only its own namespace: tests run side by side on one
         // apiserver and must not act on each other's objects.
         let mut flags = vec![
@@ -155,6 +148,22 @@ pub async fn create_secret(
     data: &[(&str, &str)],
 ) -> anyhow::Result<()> {
     create_secret_with(client, ns, name, type_, data, ObjectMeta::default()).await
+}
+
+/// Creates the Secret `git-creds` with the git server's HTTPS credentials.
+pub async fn create_git_secret(
+    client: &Client,
+    ns: &str,
+    git: &crate::ground::GitServer,
+) -> anyhow::Result<()> {
+    create_secret(
+        client,
+        ns,
+        "git-creds",
+        "Opaque",
+        &[("username", &git.user), ("token", &git.token)],
+    )
+    .await
 }
 
 /// Creates a Secret with extra metadata (labels, annotations).

@@ -11,7 +11,7 @@ use imagewatch_e2e::{
     Ground, NotifyingRegistry, Operator, TestNamespace,
     ground::random_suffix,
     operator::{free_port, metric},
-    setup::{copy_dir, create_secret, sample},
+    setup::{copy_dir, create_git_secret, create_secret, sample},
     wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -88,14 +88,7 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         .service_account(ground, &format!("{release}-imagewatch"))
         .await?;
     let git = ground.git()?;
-    create_secret(
-        &admin,
-        &ns.name,
-        "git-creds",
-        "Opaque",
-        &[("username", &git.user), ("token", &git.token)],
-    )
-    .await?;
+    create_git_secret(&admin, &ns.name, &git).await?;
 
     // Notifications go to replica "a" only.
     let hook_port = free_port()?;

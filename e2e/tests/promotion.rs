@@ -208,6 +208,34 @@ async fn wait_policy(
     })
 }
 
+/// A GitHub API stub, and the Secret `forge-token` holding its token.
+async fn github_forge(s: &Scenario) -> anyhow::Result<(GithubStub, String)> {
+    let forge = GithubStub::default();
+    let api_url = forge.start().await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "forge-token",
+        "Opaque",
+        &[("token", "forge-token")],
+    )
+    .await?;
+    Ok((forge, api_url))
+}
+
+/// Waits until the policy `name` is gone (its finalizer removed).
+async fn wait_deleted(
+    s: &Scenario,
+    policies: &Api<PromotionPolicy>,
+    name: &str,
+) -> anyhow::Result<()> {
+    wait_until(&format!("policy {name} deleted"), TIMEOUT, || async {
+        Ok(policies.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))
+}
+
 fn argocd_source(images: &[String]) -> String {
     let mut out = String::from("# image tags (managed by imagewatch)\nkustomize:\n  images:\n");
     for image in images {
@@ -273,16 +301,7 @@ async fn seed_001_staging_to_production_by_one_pull_request() -> anyhow::Result<
     )?;
     let production_before = git.show(&repo, "release", PRD_FILE)?;
 
-    let forge = GithubStub::default();
-    let api_url = forge.start().await?;
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "forge-token",
-        "Opaque",
-        &[("token", "forge-token")],
-    )
-    .await?;
+    let (forge, api_url) = github_forge(&s).await?;
 
     s.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
@@ -591,16 +610,7 @@ async fn deleting_a_policy_closes_its_pull_request() -> anyhow::Result<()> {
         &[format!("{image}:v1.0.0")],
         &[format!("{image}:v1.0.0")],
     )?;
-    let forge = GithubStub::default();
-    let api_url = forge.start().await?;
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "forge-token",
-        "Opaque",
-        &[("token", "forge-token")],
-    )
-    .await?;
+    let (forge, api_url) = github_forge(&s).await?;
     let policy = |name: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
@@ -683,19 +693,16 @@ spec:
 
     // Deleted: the pull request is closed once, then the object goes.
     policies.delete("my-api", &DeleteParams::default()).await?;
-    wait_until("policy my-api deleted", TIMEOUT, || async {
-        Ok(policies.get_opt("my-api").await?.is_none().then_some(()))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))?;
+    wait_deleted(&s, &policies, "my-api").await?;
     assert_eq!(
         *forge.closes.lock().unwrap(),
         vec![first],
         "closed exactly once"
     );
-    let prs = forge.all();
     let state = |n: i64| {
-        prs.iter()
+        forge
+            .all()
+            .iter()
             .find(|p| p["number"] == n)
             .map(|p| p["state"].clone())
     };
@@ -713,11 +720,7 @@ spec:
         held.as_ref().is_some_and(has_finalizer),
         "the finalizer holds the deletion first"
     );
-    wait_until("policy my-api-b deleted", TIMEOUT, || async {
-        Ok(policies.get_opt("my-api-b").await?.is_none().then_some(()))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))?;
+    wait_deleted(&s, &policies, "my-api-b").await?;
     assert!(
         forge.count(
             Method::PATCH,
@@ -726,14 +729,7 @@ spec:
         "a close was tried"
     );
     assert_eq!(*forge.closes.lock().unwrap(), vec![first]);
-    assert_eq!(
-        forge
-            .all()
-            .iter()
-            .find(|p| p["number"] == second)
-            .map(|p| p["state"].clone()),
-        Some(json!("open"))
-    );
+    assert_eq!(state(second), Some(json!("open")));
 
     let metrics = s.operator.metrics().await?;
     // One close, one give-up; the failed attempts before it (backoff from 2s) are counted.

@@ -12,7 +12,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace,
-    setup::{create_secret, ready},
+    setup::{create_git_secret, create_secret, ready},
 };
 use kube::{
     Api, Client,
@@ -47,14 +47,7 @@ impl Setup {
             .service_account(ground, &format!("{release}-imagewatch"))
             .await?;
         let git = ground.git()?;
-        create_secret(
-            &admin,
-            &ns.name,
-            "git-creds",
-            "Opaque",
-            &[("username", &git.user), ("token", &git.token)],
-        )
-        .await?;
+        create_git_secret(&admin, &ns.name, &git).await?;
         let watches = Api::namespaced(admin.clone(), &ns.name);
         Ok(Self {
             ground,

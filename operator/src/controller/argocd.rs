@@ -8,11 +8,7 @@
 //! Secret in the watch's namespace labelled `imagewatch.dev/git-credentials: "true"` whose
 //! annotation `imagewatch.dev/url-prefix` is the longest prefix of the repository URL.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -20,7 +16,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use super::ReconcileError;
+use super::{ReconcileError, ttl_cache::TtlCache};
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
 pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
@@ -190,30 +186,11 @@ type ResolveKey = (String, String, String);
 type Resolved = (ApplicationSource, Option<String>);
 
 /// Application sources resolved recently; only successes are kept.
-#[derive(Debug, Default)]
-pub struct ResolveCache {
-    entries: Mutex<HashMap<ResolveKey, (Instant, Resolved)>>,
-}
+pub type ResolveCache = TtlCache<ResolveKey, Resolved>;
 
-/// Above this many entries, expired ones are dropped when one is added.
-const RESOLVE_CACHE_PRUNE_AT: usize = 1024;
-
-impl ResolveCache {
-    fn get(&self, key: &ResolveKey, now: Instant) -> Option<Resolved> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(key)
-            .filter(|(at, _)| now.duration_since(*at) < RESOLVE_CACHE_TTL)
-            .map(|(_, resolved)| resolved.clone())
-    }
-
-    fn put(&self, key: ResolveKey, at: Instant, resolved: Resolved) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= RESOLVE_CACHE_PRUNE_AT {
-            entries.retain(|_, (t, _)| at.duration_since(*t) < RESOLVE_CACHE_TTL);
-        }
-        entries.insert(key, (at, resolved));
-    }
+/// An empty [`ResolveCache`].
+pub fn resolve_cache() -> ResolveCache {
+    TtlCache::new(RESOLVE_CACHE_TTL)
 }
 
 /// [`resolve`], answered from `cache` when the same Application was resolved for the same
@@ -254,27 +231,6 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn resolve_cache_keeps_answers_for_their_ttl() {
-        let cache = ResolveCache::default();
-        let key = ("argocd".to_string(), "app".to_string(), "team".to_string());
-        let resolved = (
-            ApplicationSource {
-                repo_url: "https://git.example.com/m.git".into(),
-                branch: "main".into(),
-                path: "apps".into(),
-            },
-            Some("creds".to_string()),
-        );
-        let t0 = Instant::now();
-        assert_eq!(cache.get(&key, t0), None);
-        cache.put(key.clone(), t0, resolved.clone());
-        assert_eq!(cache.get(&key, t0 + Duration::from_secs(1)), Some(resolved));
-        let other = ("argocd".to_string(), "app".to_string(), "other".to_string());
-        assert_eq!(cache.get(&other, t0), None);
-        assert_eq!(cache.get(&key, t0 + RESOLVE_CACHE_TTL), None);
     }
 
     #[test]

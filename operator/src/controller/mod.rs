@@ -17,6 +17,7 @@ pub mod secrets;
 pub mod shard;
 pub mod sources;
 pub mod status;
+pub mod ttl_cache;
 pub mod writer;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -154,8 +155,8 @@ impl Context {
             shards: None,
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
-            secrets: secrets::SecretCache::default(),
-            argocd_sources: argocd::ResolveCache::default(),
+            secrets: secrets::secret_cache(),
+            argocd_sources: argocd::resolve_cache(),
             announced: std::sync::Mutex::default(),
         }
     }

@@ -215,6 +215,27 @@ fn validate_rules(
     Ok((policy, order, interval))
 }
 
+/// Whether a watch in `namespace` reads `registry` through the ECR API, and with which
+/// credentials. ECR is asked through its API (tags, digests and push times in one call) with
+/// the operator's AWS identity, unless the watch brings a pull secret for it.
+fn credential_choice(
+    credentials: &imagewatch_crd::RegistryCredentials,
+    namespace: &str,
+    registry: &str,
+) -> (bool, CredentialKey) {
+    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
+        || (is_ecr_host(registry).is_some() && credentials.secret_ref.is_none());
+    let key = match (&credentials.secret_ref, use_ecr) {
+        (_, true) => CredentialKey::Ambient,
+        (Some(secret), false) => CredentialKey::Secret {
+            namespace: namespace.to_string(),
+            name: secret.name.clone(),
+        },
+        (None, false) => CredentialKey::Anonymous,
+    };
+    (use_ecr, key)
+}
+
 /// Which credentials a watch of one repository reads its registry with, and that
 /// repository, from its spec alone (no Secret is read). None for pattern watches and
 /// images that do not parse.
@@ -224,16 +245,8 @@ pub(super) fn credential_key_of(watch: &ImageWatch) -> Option<(CredentialKey, Re
     }
     let repo = RepositoryRef::parse(&watch.spec.image).ok()?;
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
-    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
-        || (is_ecr_host(&repo.registry).is_some() && credentials.secret_ref.is_none());
-    let key = match (credentials.secret_ref, use_ecr) {
-        (_, true) => CredentialKey::Ambient,
-        (Some(secret), false) => CredentialKey::Secret {
-            namespace: watch.namespace().unwrap_or_default(),
-            name: secret.name,
-        },
-        (None, false) => CredentialKey::Anonymous,
-    };
+    let namespace = watch.namespace().unwrap_or_default();
+    let (_, key) = credential_choice(&credentials, &namespace, &repo.registry);
     Some((key, repo))
 }
 
@@ -246,10 +259,7 @@ async fn rules(
 ) -> Result<Rules, ReconcileError> {
     let namespace = watch.namespace().unwrap_or_default();
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
-    // ECR is asked through its API (tags, digests and push times in one call) with the
-    // operator's AWS identity, unless the watch brings a pull secret for it.
-    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
-        || (is_ecr_host(registry).is_some() && credentials.secret_ref.is_none());
+    let (use_ecr, credential_key) = credential_choice(&credentials, &namespace, registry);
     if use_ecr && is_ecr_host(registry).is_none() {
         return Err(ReconcileError::InvalidSpec(format!(
             "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {registry}"
@@ -262,14 +272,6 @@ async fn rules(
             secrets::registry_credentials(ctx, &namespace, &secret.name, registry).await?
         }
         None => Credentials::Anonymous,
-    };
-    let credential_key = match (&credentials.secret_ref, use_ecr) {
-        (_, true) => CredentialKey::Ambient,
-        (Some(secret), false) => CredentialKey::Secret {
-            namespace: namespace.clone(),
-            name: secret.name.clone(),
-        },
-        (None, false) => CredentialKey::Anonymous,
     };
     if !use_ecr {
         ctx.expect_repositories(&credential_key, registry, &creds)

@@ -12,15 +12,15 @@
 //! * HTTPS basic auth: `password` or `token`, with `username` (default `x-access-token`).
 
 use std::{
-    collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    collections::BTreeMap,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::Api;
 
-use super::{Context, error::ReconcileError};
+use super::{Context, error::ReconcileError, ttl_cache::TtlCache};
 use crate::{
     git::{
         GitAuth, GitError,
@@ -49,38 +49,13 @@ pub const SECRET_CACHE_TTL: Duration = Duration::from_secs(15);
 
 type SecretData = Arc<BTreeMap<String, ByteString>>;
 
-/// Secrets recently read, by `namespace/name`. Only Secrets that exist are kept, so a Secret
-/// created after a watch named it is found by the next reconcile.
-#[derive(Debug, Default)]
-pub struct SecretCache {
-    entries: Mutex<HashMap<(String, String), (Instant, SecretData)>>,
-}
+/// Secrets recently read, by `(namespace, name)`. Only Secrets that exist are kept, so a
+/// Secret created after a watch named it is found by the next reconcile.
+pub type SecretCache = TtlCache<(String, String), SecretData>;
 
-/// Above this many entries, expired ones are dropped when a Secret is added.
-const SECRET_CACHE_PRUNE_AT: usize = 1024;
-
-impl SecretCache {
-    fn get(&self, namespace: &str, name: &str, now: Instant) -> Option<SecretData> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries
-            .get(&(namespace.to_string(), name.to_string()))
-            .filter(|(read_at, _)| now.duration_since(*read_at) < SECRET_CACHE_TTL)
-            .map(|(_, data)| data.clone())
-    }
-
-    fn put(&self, namespace: &str, name: &str, read_at: Instant, data: SecretData) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= SECRET_CACHE_PRUNE_AT {
-            entries.retain(|_, (at, _)| read_at.duration_since(*at) < SECRET_CACHE_TTL);
-        }
-        entries.insert((namespace.to_string(), name.to_string()), (read_at, data));
-    }
-
-    /// Forgets `namespace/name`, e.g. after its credentials were refused.
-    pub fn forget(&self, namespace: &str, name: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.remove(&(namespace.to_string(), name.to_string()));
-    }
+/// An empty [`SecretCache`].
+pub fn secret_cache() -> SecretCache {
+    TtlCache::new(SECRET_CACHE_TTL)
 }
 
 async fn read_secret(
@@ -89,19 +64,20 @@ async fn read_secret(
     name: &str,
     purpose: &str,
 ) -> Result<SecretData, ReconcileError> {
+    let key = (namespace.to_string(), name.to_string());
     let now = Instant::now();
-    if let Some(data) = ctx.secrets.get(namespace, name, now) {
+    if let Some(data) = ctx.secrets.get(&key, now) {
         return Ok(data);
     }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     match api.get_opt(name).await? {
         Some(secret) => {
             let data = Arc::new(secret.data.unwrap_or_default());
-            ctx.secrets.put(namespace, name, now, data.clone());
+            ctx.secrets.put(key, now, data.clone());
             Ok(data)
         }
         None => {
-            ctx.secrets.forget(namespace, name);
+            ctx.secrets.forget(&key);
             Err(ReconcileError::CredentialsNotFound(format!(
                 "{purpose} Secret {namespace}/{name} not found"
             )))
@@ -346,24 +322,6 @@ pub fn git_auth_from_data(data: &BTreeMap<String, ByteString>) -> Result<GitAuth
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_cache_keeps_a_secret_for_its_ttl_only() {
-        let cache = SecretCache::default();
-        let t0 = Instant::now();
-        let secret = Arc::new(data(&[("token", "t1")]));
-        assert!(cache.get("ns", "git", t0).is_none());
-        cache.put("ns", "git", t0, secret.clone());
-        assert_eq!(
-            cache.get("ns", "git", t0 + Duration::from_secs(1)),
-            Some(secret)
-        );
-        assert!(cache.get("other", "git", t0).is_none());
-        assert!(cache.get("ns", "git", t0 + SECRET_CACHE_TTL).is_none());
-        cache.put("ns", "git", t0, Arc::new(data(&[])));
-        cache.forget("ns", "git");
-        assert!(cache.get("ns", "git", t0).is_none());
-    }
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
         pairs

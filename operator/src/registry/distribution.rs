@@ -326,9 +326,7 @@ impl RegistryClient {
             identity: creds.identity(),
         };
         for path in paths {
-            self.inner
-                .wide_tokens
-                .remember(&key, &format!("repository:{path}:pull"));
+            self.inner.wide_tokens.remember(&key, &pull_scope(path));
         }
     }
 
@@ -817,7 +815,7 @@ impl RegistryClient {
         url: &Url,
         accept: &str,
     ) -> Result<reqwest::Response, RegistryError> {
-        let scope = format!("repository:{}:pull", repo.path);
+        let scope = pull_scope(&repo.path);
         self.send_scoped(repo, &scope, creds, method, url, accept)
             .await
     }
@@ -1160,6 +1158,11 @@ pub(crate) fn token_url<S: AsRef<str>>(
         }
     }
     Ok(url)
+}
+
+/// The token scope for pulling from the repository at `path`.
+fn pull_scope(path: &str) -> String {
+    format!("repository:{path}:pull")
 }
 
 /// Whether `scope` is pull access to one repository, which registry-wide tokens cover.

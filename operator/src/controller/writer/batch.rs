@@ -16,17 +16,16 @@
 //! intent (suspended watch) is planned but never enters the overlay.
 //!
 //! Reading without fetching: a batch may first plan on the head fetched by an earlier batch
-//! when that fetch is younger than [`BatchConfig::reuse_fetch`]. When that plan finds nothing
+//! when that fetch is still in [`BatchConfig::fetched`] (`--git-read-reuse`). When that plan finds nothing
 //! to change (the steady state: every watch re-checks a tag Git already holds), the batch
 //! ends without touching the network. When it finds a change, it fetches and plans again like
 //! any other batch: a commit is still only ever made on a freshly fetched head.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::{
-    controller::ReconcileError,
+    controller::{ReconcileError, ttl_cache::TtlCache},
     git::{Author, CommitSigner, FileEdit, GitError, PushMode, Repo, RepoCache, WritePoint},
     manifests::{self, ImageChange, ReadScope},
 };
@@ -44,42 +43,14 @@ pub(super) struct BatchConfig<'a> {
     pub template: &'a CommitTemplate,
     /// Called at each [`WritePoint`] (test hooks).
     pub hook: &'a (dyn Fn(WritePoint) + Sync),
-    /// A head fetched this recently may be read without fetching, for a batch that turns out
-    /// to change nothing (zero: always fetch).
-    pub reuse_fetch: Duration,
-    /// When each (repository, branch) was last fetched.
+    /// The head of each (repository URL, branch) fetched recently enough to read again
+    /// without fetching, for a batch that turns out to change nothing.
     pub fetched: &'a FetchTimes,
 }
 
-/// When each (repository URL, branch) was last fetched by this process, and its head then.
-#[derive(Debug, Default)]
-pub(super) struct FetchTimes(Mutex<HashMap<(String, String), (Instant, git2::Oid)>>);
-
-impl FetchTimes {
-    /// The head fetched within `within`, if any.
-    pub(super) fn recent_head(
-        &self,
-        url: &str,
-        branch: &str,
-        within: Duration,
-    ) -> Option<git2::Oid> {
-        let times = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        times
-            .get(&(url.to_string(), branch.to_string()))
-            .filter(|(at, _)| at.elapsed() < within)
-            .map(|(_, head)| *head)
-    }
-
-    fn record(&self, url: &str, branch: &str, at: Instant, head: git2::Oid) {
-        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        times.insert((url.to_string(), branch.to_string()), (at, head));
-    }
-
-    fn forget(&self, url: &str, branch: &str) {
-        let mut times = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        times.remove(&(url.to_string(), branch.to_string()));
-    }
-}
+/// The head each (repository URL, branch) had when this process last fetched it, kept for
+/// `--git-read-reuse` (an empty cache when that is zero).
+pub(super) type FetchTimes = TtlCache<(String, String), git2::Oid>;
 
 /// What a batch did, for the callers and for metrics.
 pub(super) struct BatchOutcome {
@@ -163,12 +134,13 @@ pub(super) fn write_batch(
     let mut rejections = 0;
     let mut attempt = 0;
     // Plan first on the head fetched moments ago, if there is one (see the module docs).
+    let fetched_key = (dest.url.to_string(), dest.branch.to_string());
     let mut reused = None;
-    if dest.push_branch.is_none() && !config.reuse_fetch.is_zero() {
+    if dest.push_branch.is_none() {
         // The head that fetch saw, if the clone still holds it.
         reused = config
             .fetched
-            .recent_head(dest.url, dest.branch, config.reuse_fetch)
+            .get(&fetched_key, Instant::now())
             .filter(|head| repo.raw().find_commit(*head).is_ok());
     }
     loop {
@@ -180,13 +152,11 @@ pub(super) fn write_batch(
                 let heads = match fetch(&repo, &dest) {
                     Ok(heads) => heads,
                     Err(e) => {
-                        config.fetched.forget(dest.url, dest.branch);
+                        config.fetched.forget(&fetched_key);
                         return fail_all(e, rejections);
                     }
                 };
-                config
-                    .fetched
-                    .record(dest.url, dest.branch, started, heads.0);
+                config.fetched.put(fetched_key.clone(), started, heads.0);
                 (config.hook)(WritePoint::Fetched);
                 heads
             }
@@ -312,7 +282,7 @@ pub(super) fn write_batch(
         match repo.push_with(target_ref, commit, dest.auth, mode, Some(&on_send)) {
             Ok(_) => {
                 // The tracking ref still shows the head before our push: fetch next time.
-                config.fetched.forget(dest.url, dest.branch);
+                config.fetched.forget(&fetched_key);
                 (config.hook)(WritePoint::Pushed);
                 tracing::info!(
                     url = dest.url,

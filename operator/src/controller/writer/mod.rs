@@ -35,7 +35,7 @@ use std::{
         Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use sha2::{Digest, Sha256};
@@ -337,6 +337,7 @@ impl GitWriter {
 
     /// A writer keeping its clones under `cache_dir/git`.
     pub fn with_options(cache_dir: &Path, options: WriterOptions, metrics: Arc<Metrics>) -> Self {
+        let fetched = batch::FetchTimes::new(options.reuse_fetch);
         Self {
             shared: Arc::new(Shared {
                 cache: RepoCache::new(cache_dir.join("git")),
@@ -344,7 +345,7 @@ impl GitWriter {
                 metrics,
                 tasks: Mutex::default(),
                 next_task: AtomicU64::new(0),
-                fetched: batch::FetchTimes::default(),
+                fetched,
                 unchanged: Unchanged::default(),
             }),
         }
@@ -364,23 +365,16 @@ impl GitWriter {
     /// change is committed and pushed (together with the rest of the batch) when Git differs.
     pub async fn apply(&self, request: WriteRequest) -> Result<WriteResult, ReconcileError> {
         // Already answered on the head fetched moments ago: nothing to read again.
-        let reuse = self.shared.options.reuse_fetch;
-        if !reuse.is_zero()
-            && request
-                .push_branch
-                .as_deref()
-                .is_none_or(|p| p.is_empty() || p == request.branch)
-            && let Some(head) =
-                self.shared
-                    .fetched
-                    .recent_head(&request.url, &request.branch, reuse)
-            && let Some(result) = self
-                .shared
-                .unchanged
-                .get(&UnchangedKey::of(&request), &head.to_string())
-        {
-            count_reads(&self.shared.metrics, "unchanged", 1);
-            return Ok(result);
+        if !self.shared.options.reuse_fetch.is_zero() {
+            let key = UnchangedKey::of(&request);
+            let branch = (request.url.clone(), request.branch.clone());
+            if key.writer.push_branch.is_none()
+                && let Some(head) = self.shared.fetched.get(&branch, Instant::now())
+                && let Some(result) = self.shared.unchanged.get(&key, &head.to_string())
+            {
+                count_reads(&self.shared.metrics, "unchanged", 1);
+                return Ok(result);
+            }
         }
         let key = WriterKey::of(&request);
         let (reply, answer) = oneshot::channel();
@@ -532,7 +526,6 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
             attempts: options.push_attempts,
             template: &options.commit_template,
             hook: &hook,
-            reuse_fetch: options.reuse_fetch,
             fetched: &task_shared.fetched,
         };
         batch::write_batch(&task_shared.cache, &requests, &config)
