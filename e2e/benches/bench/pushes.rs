@@ -22,8 +22,9 @@ use imagewatch_e2e::{
         Latencies, ProcessSample, RegistryRequests, count_registry_requests, metric_sum,
         parse_push_sizes,
     },
-    ground::random_suffix,
+    ground::{dockerconfigjson, random_suffix},
     oci_push::{BaseImage, ImagePusher},
+    operator::free_port,
     setup::create_secret,
 };
 
@@ -114,7 +115,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     )
     .await?;
     setup
-        .registry_secret("benchreg", &registry_dockerconfig(&host, &user, &password))
+        .registry_secret("benchreg", &dockerconfigjson(&host, &user, &password))
         .await?;
     let settings = tempfile::NamedTempFile::new()?;
     let mut flags = vec![
@@ -364,16 +365,4 @@ fn probe(
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(seen)
-}
-
-fn registry_dockerconfig(host: &str, user: &str, password: &str) -> String {
-    use base64::Engine as _;
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    serde_json::json!({"auths": {host: {"auth": auth}}}).to_string()
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
