@@ -378,6 +378,17 @@ async fn reconcile(
     let Some(_shard) = shared.ctx.enter_shard(&shard_key) else {
         return Ok(Action::requeue(interval));
     };
+    // The status carries history (last promotions) built on the previous status, so read
+    // the object itself: the cache may not hold our last status write yet (a finalizer patch
+    // or another trigger can start this reconcile before its watch event arrives).
+    let api: Api<PromotionPolicy> = Api::namespaced(
+        shared.ctx.client.clone(),
+        &policy.namespace().unwrap_or_default(),
+    );
+    let Some(fresh) = api.get_opt(&policy.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let policy = &fresh;
     if policy.meta().deletion_timestamp.is_some() {
         return finalize(policy, key, &shared).await;
     }
