@@ -18,6 +18,15 @@ STATE=$(realpath -m "${IMAGEWATCH_E2E_STATE:-$REPO/.cache/e2e}")
 CACHE=$(realpath -m "${IMAGEWATCH_E2E_CACHE:-$HOME/.cache/imagewatch-e2e}")
 PIDS="$STATE/pids"
 PYTHON=${PYTHON:-python3}
+# Go modules come from the module proxy alone: the default list ends in ",direct", which makes
+# `go` try a module's source host when the proxy refuses it, and that is not on loopback.
+if [[ -z ${GOPROXY:-} ]]; then
+  GOPROXY=$( (command -v go >/dev/null && go env GOPROXY) || echo https://proxy.golang.org)
+fi
+GOPROXY=${GOPROXY%%,direct*}
+GOPROXY=${GOPROXY%%|direct*}
+[[ -z $GOPROXY || $GOPROXY == direct ]] && GOPROXY=https://proxy.golang.org
+export GOPROXY
 # No job control: background children must not become process-group leaders
 # before setsid runs (otherwise setsid forks and $! would not be the service).
 set +m
