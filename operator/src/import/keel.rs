@@ -153,3 +153,51 @@ pub(super) fn translate(inputs: &Inputs, options: &Options, out: &mut Imported) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Order, TagInfo, TagPolicy};
+
+    /// keel-hq/keel internal/policy/semver_test.go `Test_shouldUpdate`: (policy, running,
+    /// new, whether Keel updates). The rows with a running prerelease are not importable and
+    /// are checked to be refused instead.
+    #[test]
+    fn the_imported_range_updates_when_keel_would() {
+        let rows = [
+            ("all", "1.4.5", "1.4.3", false),
+            ("all", "1.4.5", "1.4.6", true),
+            ("all", "1.4.5", "1.4.5", false),
+            ("major", "1.4.5", "1.5.5", true),
+            ("major", "1.4.5", "2.4.5", true),
+            ("patch", "1.4.5", "1.4.6", true),
+            ("patch", "1.4.5", "1.4.4", false),
+            ("patch", "1.4.5", "2.4.6", false),
+            ("patch", "1.4.5", "1.4.5", false),
+            ("minor", "1.4.5", "1.5.5", true),
+            ("minor", "1.4.5", "1.4.6", true),
+            ("minor", "1.4.5", "1.4.5-xx", false),
+            ("minor", "v1.0.0", "v1.0.1-metadata", false),
+            ("all", "1.4.5", "3050", false),
+        ];
+        for (policy, current, new, updates) in rows {
+            let range = range_for(policy, current).unwrap();
+            let built =
+                TagPolicy::new(&format!("semver:{range}"), &[], Order::Semver, None).unwrap();
+            let listing = [TagInfo::new(current), TagInfo::new(new)];
+            let chosen = built.select(&listing).map(|t| t.tag.as_str());
+            assert_eq!(
+                chosen == Some(new) && new != current,
+                updates,
+                "{policy} {current} → {new}: {range} chose {chosen:?}"
+            );
+        }
+        for current in ["v1.0.0-metadata", "1.4.5-xx"] {
+            assert!(
+                range_for("minor", current)
+                    .unwrap_err()
+                    .contains("prerelease")
+            );
+        }
+    }
+}
