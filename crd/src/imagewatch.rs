@@ -132,11 +132,15 @@ pub struct ImageWatchSpec {
 
 /// Which tags are candidates and how the best one is chosen.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.pick) || self.pick == 'Highest' || (has(self.order) && (self.order == 'Alphabetical' || self.order == 'Numerical'))").message("tags.pick: Lowest applies only to order Alphabetical or Numerical"))]
 #[serde(rename_all = "camelCase")]
 pub struct TagRules {
     /// Candidate tags: a glob (`canary-*`, the default kind; also written `glob:canary-*`),
-    /// a regular expression (`regex:^canary-v(?P<version>.+)$`) or a semver range
-    /// (`semver:>=1.2 <2`). Omitted: every tag.
+    /// a regular expression (`regex:^canary-v(?P<version>.+)$`) or a semver range with the
+    /// meaning Flux and Argo CD Image Updater give it (`semver:>=1.2 <2`, `semver:1.2` is
+    /// 1.2.x, `semver:~1.4 || ^2`). Omitted: every tag. Signature and attestation tags
+    /// (`sha256-<digest>.sig`, `.att`, `.sbom`, `sha256-<digest>`) are never candidates
+    /// unless the pattern contains `sha256-`.
     #[x_kube(validation = Rule::new("!self.contains(':') || self.startsWith('glob:') || self.startsWith('regex:') || self.startsWith('semver:')").message("pattern prefix must be glob:, regex: or semver: (or none, for a glob)"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
@@ -151,16 +155,33 @@ pub struct TagRules {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<TagOrder>,
 
+    /// With order `Alphabetical` or `Numerical`: `Highest` (the default) chooses the greatest
+    /// value, `Lowest` the least (Flux's `order: desc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pick: Option<TagPick>,
+
     /// With a `regex:` pattern: the part of the tag that is ordered, e.g. `$version` or `$1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub extract: Option<String>,
 }
 
+/// Which end of the order wins.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum TagPick {
+    /// The greatest value.
+    #[default]
+    Highest,
+    /// The least value (Alphabetical and Numerical only).
+    Lowest,
+}
+
 /// Order of candidate tags.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum TagOrder {
-    /// Semantic version of the tag (a leading `v` is accepted); tags that do not parse are skipped.
+    /// Semantic version of the tag: an optional `v` and two or three numbers (`1.2`,
+    /// `v1.2.3-rc.1`, zero-padded `2024.01.15`); other tags, all-digit ones included, are
+    /// skipped.
     #[default]
     Semver,
     /// Push time reported by the registry; the most recent wins.

@@ -17,7 +17,7 @@ pub use common::{GitSource, SecretRef};
 pub use imagewatch::{
     AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatch, ImageWatchSpec,
     ImageWatchStatus, KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider,
-    TagOrder, TagRules, Target, WorkloadTarget,
+    TagOrder, TagPick, TagRules, Target, WorkloadTarget,
 };
 pub use promotion::{PromotionPolicy, PromotionPolicySpec, PromotionPolicyStatus};
 

@@ -104,4 +104,5 @@ fn target_requires_exactly_one_kind_by_cel() {
     assert!(crd.contains("exactly one of target.workload"));
     assert!(crd.contains("pattern prefix must be glob:, regex: or semver:"));
     assert!(crd.contains("interval must be between 10s and 24h"));
+    assert!(crd.contains("tags.pick: Lowest applies only to order Alphabetical or Numerical"));
 }

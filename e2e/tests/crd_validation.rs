@@ -70,6 +70,16 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
             "image must be a repository without tag or digest",
         ),
         (
+            "pick Lowest under Semver",
+            watch_yaml(
+                &ns.name,
+                "lowest",
+                "  tags: {order: Semver, pick: Lowest}",
+                WORKLOAD,
+            ),
+            "tags.pick: Lowest applies only to order Alphabetical or Numerical",
+        ),
+        (
             "unknown order",
             watch_yaml(&ns.name, "order", "  tags: {order: Random}", WORKLOAD),
             "spec.tags.order",
@@ -98,7 +108,7 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
     let good = watch_yaml(
         &ns.name,
         "good",
-        "  tags: {pattern: \"canary-*\"}\n  interval: 30s",
+        "  tags: {pattern: \"canary-*\", order: Numerical, pick: Lowest}\n  interval: 30s",
         WORKLOAD,
     );
     let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&good))?;

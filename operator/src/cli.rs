@@ -1,4 +1,5 @@
-//! Command-line interface: `imagewatch run`, `imagewatch crds`, `imagewatch set-image`.
+//! Command-line interface: `imagewatch run`, `imagewatch crds`, `imagewatch set-image`,
+//! `imagewatch import`.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -33,6 +34,15 @@ pub enum Command {
     /// Example: imagewatch set-image --path apps/my-api/overlays/stg --workload Deployment/my-api
     /// --container my-api --tag v1.2.4
     SetImage(Box<SetImageArgs>),
+    /// Print ImageWatch objects for configuration written for another tool, and report (on
+    /// standard error) what could not be translated and why.
+    ///
+    /// Reads Flux v1 workload annotations, Flux ImageRepository + ImagePolicy objects and
+    /// their setter markers, Argo CD Image Updater annotations and ImageUpdater objects, and
+    /// Keel policies, from a directory of manifests and/or the cluster.
+    ///
+    /// Example: imagewatch import ./manifests > watches.yaml
+    Import(ImportArgs),
 }
 
 /// Log output format.
@@ -257,6 +267,35 @@ pub struct SetImageArgs {
     pub image: Option<String>,
 }
 
+#[derive(Args, Debug)]
+#[command(group(
+    ArgGroup::new("from")
+        .required(true)
+        .multiple(true)
+        .args(["dir", "from_cluster"])
+))]
+pub struct ImportArgs {
+    /// Directory of manifests (a checkout of the GitOps repository), read recursively;
+    /// target paths are relative to it.
+    pub dir: Option<PathBuf>,
+    /// Also read the same kinds from the cluster of the current kubeconfig (all namespaces).
+    #[arg(long)]
+    pub from_cluster: bool,
+    /// Namespace of every generated watch (default: the namespace of its source).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// spec.git.url of watches whose source does not name a Git repository.
+    #[arg(long)]
+    pub git_url: Option<String>,
+    /// spec.git.branch, with --git-url.
+    #[arg(long, requires = "git_url")]
+    pub git_branch: Option<String>,
+    /// Rewrite, in the files under DIR, each Flux setter marker that a generated watch now
+    /// writes into an imagewatch marker naming that watch (for `set-image --setter`).
+    #[arg(long, requires = "dir")]
+    pub rewrite_markers: bool,
+}
+
 /// Parses durations such as `30s`, `5m`, `1h30m`, `250ms`.
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     crate::controller::parse_duration(text)
@@ -428,4 +467,79 @@ fn set_image_target(args: &SetImageArgs) -> Result<SetImageTarget, String> {
         ));
     }
     Err("give one of --path, --kustomize, --helm-values, --argocd-source or --setter".into())
+}
+
+/// `imagewatch import`: the watches on standard output, the report on standard error. Exit 0
+/// when everything could be read (notes do not change it), 1 when a directory, the cluster or
+/// a file to rewrite could not be read or written.
+pub fn import(args: &ImportArgs) -> ExitCode {
+    use crate::import;
+    let mut inputs = import::Inputs::default();
+    let mut read_notes = import::Imported::default();
+    if let Some(dir) = &args.dir
+        && let Err(e) = import::load::read_dir(dir, &mut inputs, &mut read_notes)
+    {
+        eprintln!("error: cannot read {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    if args.from_cluster {
+        let listed = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|runtime| {
+                runtime.block_on(async {
+                    let client = kube::Client::try_default()
+                        .await
+                        .map_err(|e| format!("no cluster: {e}"))?;
+                    import::load::read_cluster(client, &mut inputs, &mut read_notes)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            });
+        if let Err(e) = listed {
+            eprintln!("error: cannot list the cluster's objects: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let options = import::Options {
+        namespace: args.namespace.clone(),
+        git: args.git_url.clone().map(|url| imagewatch_crd::GitSource {
+            url,
+            branch: args.git_branch.clone(),
+            secret_ref: None,
+            push_branch: None,
+        }),
+    };
+    let mut imported = import::translate(&inputs, &options);
+    imported.notes.extend(read_notes.notes);
+    let yaml = match import::render(&imported.watches) {
+        Ok(yaml) => yaml,
+        Err(e) => {
+            eprintln!("error: cannot render the watches: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{yaml}");
+    eprint!("{}", import::render_report(&imported));
+    if let (true, Some(dir)) = (args.rewrite_markers, &args.dir) {
+        for (file, lines) in import::marker_rewrites(&inputs, &imported) {
+            let path = dir.join(&file);
+            let rewritten = std::fs::read_to_string(&path)
+                .map(|text| import::rewrite_markers(&text, &lines))
+                .and_then(|new| match new {
+                    Some(new) => std::fs::write(&path, new).map(|()| true),
+                    None => Ok(false),
+                });
+            match rewritten {
+                Ok(true) => eprintln!("rewrote markers in {file}"),
+                Ok(false) => {}
+                Err(e) => {
+                    eprintln!("error: cannot rewrite {}: {e}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod controller;
 pub mod forge;
 pub mod git;
+pub mod import;
 pub mod manifests;
 pub mod policy;
 pub mod promotion;

@@ -1,5 +1,5 @@
-//! The `imagewatch` binary: the controller (`run`), CRD output (`crds`) and the offline
-//! edit engine (`set-image`).
+//! The `imagewatch` binary: the controller (`run`), CRD output (`crds`), the offline edit
+//! engine (`set-image`) and the importer of other tools' configuration (`import`).
 
 use std::process::ExitCode;
 
@@ -13,6 +13,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Crds(args) => imagewatch::cli::crds(&args),
         Command::SetImage(args) => imagewatch::cli::set_image(&args),
+        Command::Import(args) => imagewatch::cli::import(&args),
         Command::Run(args) => {
             imagewatch::telemetry::init_logging(args.log_format);
             // SAFETY: called once, before the runtime (and so any git work) starts.

@@ -15,7 +15,7 @@ use std::{sync::Arc, time::Duration};
 use futures::StreamExt as _;
 use imagewatch_crd::{
     AppliedImage, DigestMode, ImageWatch, ImageWatchStatus, LatestImage, RegistryProvider,
-    TagOrder, conditions::reason,
+    TagOrder, TagPick, conditions::reason,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -205,6 +205,10 @@ fn validate_rules(
         order,
         tags.extract.as_deref(),
     )
+    .and_then(|policy| match tags.pick.unwrap_or_default() {
+        TagPick::Highest => Ok(policy),
+        TagPick::Lowest => policy.prefer_least(),
+    })
     .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
     let Some(interval) = parse_duration(spec.interval_or_default()) else {
         return Err(ReconcileError::InvalidSpec(format!(

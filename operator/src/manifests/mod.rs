@@ -39,7 +39,7 @@ pub mod setimage;
 mod setter;
 pub mod target;
 pub mod workload;
-mod yaml;
+pub(crate) mod yaml;
 
 #[cfg(test)]
 mod golden_tests;

@@ -29,16 +29,19 @@
 //! The greatest candidate wins. A candidate whose ordered value cannot be read for the order is
 //! skipped, never chosen:
 //!
-//! - [`Order::Semver`]: the value read as a semantic version. A leading `v`/`V` is accepted and
-//!   a missing minor or patch number is read as zero (`1.2` is 1.2.0, `7` is 7.0.0); leading
-//!   zeros (`2024.01.05`) and a fourth number are not accepted. Prereleases order below their
-//!   release (`1.2.4-rc.1` < `1.2.4`) and take part in the order unless the pattern is
-//!   `semver:`.
+//! - [`Order::Semver`]: the value read as a semantic version, as the peers' library reads
+//!   it: an optional `v`, two or three numbers (`1.2` is 1.2.0), leading zeros dropped
+//!   (`2024.01.05` is 2024.1.5). A single number (`7`, `1234567`) is not a version, nor is a
+//!   fourth number. Prereleases order below their release (`1.2.4-rc.1` < `1.2.4`) and take
+//!   part in the order unless the pattern is `semver:`.
 //! - [`Order::Newest`]: the registry's push time; tags without one are skipped. `extract` plays
 //!   no part (it cannot change a push time).
 //! - [`Order::Alphabetical`]: byte-wise comparison (`Z` < `a`, `10` < `9`).
 //! - [`Order::Numerical`]: the value read as an exact decimal, `-?[0-9]+(\.[0-9]+)?` (no sign
 //!   `+`, exponent, `inf` or `nan`; no size limit, so `9` < `10` < `99999999999999999999`).
+//!
+//! With [`TagPolicy::prefer_least`] (Alphabetical and Numerical only, Flux's `order: desc`)
+//! the least candidate wins instead.
 //!
 //! Ties (equal versions such as `1.2` and `1.2.0`, equal numbers such as `7` and `007`, equal
 //! push times, equal extracted values) go to the byte-wise greatest tag, so the choice never
@@ -46,17 +49,24 @@
 //!
 //! # `semver:` ranges
 //!
-//! Ranges follow the `semver` crate, i.e. Cargo's rules: a bare version means a caret
-//! requirement (`1.2` is `^1.2`, i.e. `>=1.2.0, <2.0.0`), and a prerelease tag only satisfies
-//! the range when some comparator names a prerelease of the same `major.minor.patch`
-//! (`>=1.2.4-rc.0` admits `1.2.4-rc.1` but not `1.2.5-rc.1`; `>=1.2` admits no prerelease at
-//! all). `||` alternatives are not supported. The order remains the one given; a `semver:`
-//! pattern only filters.
+//! Ranges mean what they mean in Flux, Argo CD Image Updater, Kargo and Keel (the
+//! Masterminds/semver constraint language; see `range.rs`): `1.2` is 1.2.x, `x`/`*` are
+//! wildcards, `||` separates alternatives, `1.2 - 1.4` is a hyphen range, `!=`, `~` and `^`
+//! exist, and a prerelease only matches an alternative that names some prerelease
+//! (`>=1.2.4-0` admits `1.3.0-rc.1`; `>=1.2` admits none). The order remains the one given; a
+//! `semver:` pattern only filters.
+//!
+//! # Signatures and attestations
+//!
+//! Tags cosign and other supply-chain tools push next to an image (`sha256-<64 hex>.sig`,
+//! `.att`, `.sbom`, and the bare `sha256-<64 hex>` of the OCI referrers fallback) are never
+//! candidates, unless the pattern names them: a glob or regex that contains `sha256-`.
 
 mod extract;
 mod glob;
 mod order;
 mod pattern;
+mod range;
 #[cfg(test)]
 mod tests;
 
@@ -180,6 +190,12 @@ pub enum PolicyError {
         /// The template as written.
         extract: String,
     },
+    /// [`TagPolicy::prefer_least`] with an order where "least" means nothing useful.
+    #[error("pick Lowest applies to order Alphabetical or Numerical only (it is {order:?} here)")]
+    LeastNeedsOrder {
+        /// The order the policy has.
+        order: Order,
+    },
     /// `extract` has `${` without `}`.
     #[error("extract \"{extract}\" has a \"${{\" without its closing \"}}\"")]
     ExtractUnterminated {
@@ -204,6 +220,10 @@ pub struct TagPolicy {
     exclude: Vec<Glob>,
     order: Order,
     extract: Option<Template>,
+    /// The pattern mentions `sha256-`, so signature and attestation tags may be candidates.
+    names_artifacts: bool,
+    /// The least candidate wins instead of the greatest.
+    least: bool,
 }
 
 impl TagPolicy {
@@ -223,6 +243,7 @@ impl TagPolicy {
         order: Order,
         extract: Option<&str>,
     ) -> Result<Self, PolicyError> {
+        let names_artifacts = pattern.contains("sha256-");
         let pattern = Pattern::parse(pattern)?;
         let exclude = exclude
             .iter()
@@ -245,7 +266,23 @@ impl TagPolicy {
             exclude,
             order,
             extract,
+            names_artifacts,
+            least: false,
         })
+    }
+
+    /// The least candidate wins instead of the greatest (Flux's `order: desc`). Only for
+    /// [`Order::Alphabetical`] and [`Order::Numerical`]; ties still go to the greatest tag.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::LeastNeedsOrder`] for the other orders.
+    pub fn prefer_least(mut self) -> Result<Self, PolicyError> {
+        if !matches!(self.order, Order::Alphabetical | Order::Numerical) {
+            return Err(PolicyError::LeastNeedsOrder { order: self.order });
+        }
+        self.least = true;
+        Ok(self)
     }
 
     /// The order this policy was built with.
@@ -274,7 +311,8 @@ impl TagPolicy {
     }
 
     fn is_excluded(&self, tag: &str) -> bool {
-        self.exclude.iter().any(|glob| glob.matches(tag))
+        (!self.names_artifacts && is_artifact_tag(tag))
+            || self.exclude.iter().any(|glob| glob.matches(tag))
     }
 
     /// The value the order compares for `tag` (the extracted part, or the tag itself), or
@@ -305,9 +343,26 @@ impl TagPolicy {
                 let value = self.ordered_value(&info.tag)?;
                 Some((key(info, &value)?, info))
             })
-            .max_by(|(a_key, a), (b_key, b)| a_key.cmp(b_key).then_with(|| tie_break(a, b)))
+            .max_by(|(a_key, a), (b_key, b)| {
+                let by_key = a_key.cmp(b_key);
+                let by_key = if self.least { by_key.reverse() } else { by_key };
+                by_key.then_with(|| tie_break(a, b))
+            })
             .map(|(_, info)| info)
     }
+}
+
+/// Whether `tag` is one a supply-chain tool pushes next to an image rather than an image to
+/// run: `sha256-<64 hex>` (the OCI referrers fallback tag) or that followed by `.sig`, `.att`
+/// or `.sbom` (cosign's signature, attestation and SBOM tags).
+fn is_artifact_tag(tag: &str) -> bool {
+    let Some(rest) = tag.strip_prefix("sha256-") else {
+        return false;
+    };
+    let (Some(hex), Some(suffix)) = (rest.get(..64), rest.get(64..)) else {
+        return false;
+    };
+    hex.bytes().all(|b| b.is_ascii_hexdigit()) && matches!(suffix, "" | ".sig" | ".att" | ".sbom")
 }
 
 /// Total order on everything a caller can see, so equal keys never leave the choice to input

@@ -8,26 +8,38 @@ use std::cmp::Ordering;
 
 use semver::Version;
 
-/// Parses a tag (or the extracted part of one) as a semantic version.
+/// Parses a tag (or the extracted part of one) as a semantic version, the way the peers'
+/// semver library (Masterminds/semver v3, `NewVersion`) reads tags, minus one-number forms:
+/// - one optional leading `v` (lower case, as there);
+/// - two or three numbers: a missing patch is zero (`1.2` is 1.2.0, `v1.2-rc.1` is
+///   1.2.0-rc.1). A single number (`7`, a short all-digit commit SHA like `1234567`) is not a
+///   version here: Flux, Kargo and Keel refuse it too, and it would otherwise outrank every
+///   real release. Use [`super::Order::Numerical`] for build numbers;
+/// - leading zeros in the numbers are dropped (`2024.01.05` is 2024.1.5), so zero-padded
+///   `CalVer` orders as Argo CD Image Updater orders it;
+/// - prerelease and build metadata as `SemVer` 2.0 writes them (no leading zeros in numeric
+///   prerelease identifiers).
 ///
-/// Accepted beyond strict `SemVer` 2.0, because registries are full of such tags:
-/// - one leading `v` or `V` (`v1.2.3`);
-/// - a missing patch or minor number, read as zero (`1.2` is 1.2.0, `1` is 1.0.0, `v1.2-rc.1`
-///   is 1.2.0-rc.1).
-///
-/// Everything else follows the `semver` crate strictly: four components (`1.2.3.4`), leading
-/// zeros (`2024.01.05`) and empty identifiers are rejected.
+/// Everything else is refused: four numbers (`1.2.3.4`), `V1.2.3`, empty identifiers.
 pub fn parse_version(text: &str) -> Option<Version> {
-    let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
-    // Padding applies to the numeric core only; the prerelease (`-…`) and build (`+…`) parts are
-    // kept verbatim after it.
+    let text = text.strip_prefix('v').unwrap_or(text);
     let core_end = text.find(['-', '+']).unwrap_or(text.len());
     let (core, rest) = text.split_at(core_end);
-    match core.split('.').count() {
-        1 => Version::parse(&format!("{core}.0.0{rest}")).ok(),
-        2 => Version::parse(&format!("{core}.0{rest}")).ok(),
-        _ => Version::parse(text).ok(),
+    let mut numbers = [0u64; 3];
+    let mut count = 0;
+    for part in core.split('.') {
+        if count == 3 || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        numbers[count] = part.parse().ok()?;
+        count += 1;
     }
+    if count < 2 {
+        return None;
+    }
+    let [major, minor, patch] = numbers;
+    // The prerelease (`-…`) and build (`+…`) parts are checked by the semver crate.
+    Version::parse(&format!("{major}.{minor}.{patch}{rest}")).ok()
 }
 
 /// A decimal number read exactly from text: `-?[0-9]+(\.[0-9]+)?`.
@@ -110,12 +122,15 @@ mod tests {
     }
 
     #[test]
-    fn versions_accept_v_prefix_and_missing_components() {
+    fn versions_accept_v_prefix_missing_patch_and_leading_zeros() {
         assert_eq!(v("1.2.3"), Version::new(1, 2, 3));
         assert_eq!(v("v1.2.3"), Version::new(1, 2, 3));
-        assert_eq!(v("V1.2.3"), Version::new(1, 2, 3));
         assert_eq!(v("1.2"), Version::new(1, 2, 0));
-        assert_eq!(v("v7"), Version::new(7, 0, 0));
+        assert_eq!(v("2024.01.05"), Version::new(2024, 1, 5));
+        assert_eq!(
+            v("v2025.02.03-rc.1"),
+            Version::parse("2025.2.3-rc.1").unwrap()
+        );
         assert_eq!(v("1.2-rc.1"), Version::parse("1.2.0-rc.1").unwrap());
         assert_eq!(v("1.2.3-rc.1"), Version::parse("1.2.3-rc.1").unwrap());
     }
@@ -132,8 +147,13 @@ mod tests {
             "1..2",
             ".1",
             "-rc.1",
-            "2024.01.05",
             "1.2.3-",
+            "1.2.3-rc.01",
+            "7",
+            "v7",
+            "1234567",
+            "V1.2.3",
+            "1.2.3.4.5",
             "v1.2.x",
             "main-1.2.3",
         ] {

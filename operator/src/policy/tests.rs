@@ -101,12 +101,14 @@ fn globs_select_the_track_and_order_on_the_wildcard_part() {
 
 #[test]
 fn v_prefixes_are_accepted_and_ordered_as_versions() {
+    // Only a lower-case `v`, as in Masterminds/semver (Flux, Argo CD Image Updater): `V1.9.5`
+    // is not a version and is skipped.
     let seed = tags(&["v1.9.0", "1.10.0", "v1.2.3", "V1.9.5"]);
     assert_eq!(
         pick(&policy("", &[], Order::Semver, None), &seed),
         Some("1.10.0")
     );
-    let seed = tags(&["v1.9.0", "v1.10.0", "V1.9.5"]);
+    let seed = tags(&["v1.9.0", "v1.10.0", "v1.9.5", "V1.9.9"]);
     assert_eq!(
         pick(&policy("v*", &[], Order::Semver, None), &seed),
         Some("v1.10.0")
@@ -116,12 +118,12 @@ fn v_prefixes_are_accepted_and_ordered_as_versions() {
             &policy("semver:>=1.9 <1.10", &[], Order::Semver, None),
             &seed
         ),
-        Some("V1.9.5")
+        Some("v1.9.5")
     );
 }
 
 #[test]
-fn missing_minor_and_patch_read_as_zero() {
+fn a_missing_patch_reads_as_zero_and_one_number_is_no_version() {
     let seed = tags(&["1", "1.2", "1.1.9"]);
     assert_eq!(
         pick(&policy("*", &[], Order::Semver, None), &seed),
@@ -138,6 +140,29 @@ fn missing_minor_and_patch_read_as_zero() {
         pick(&policy("*", &[], Order::Semver, None), &seed),
         Some("1.2.0")
     );
+    // An all-digit tag (a short commit SHA, a build number) does not compete under Semver, as
+    // in Flux, Kargo and Keel; Numerical orders it.
+    let seed = tags(&["1234567", "v1.3.0", "7"]);
+    assert_eq!(
+        pick(&policy("*", &[], Order::Semver, None), &seed),
+        Some("v1.3.0")
+    );
+    assert_eq!(
+        pick(&policy("*", &[], Order::Numerical, None), &seed),
+        Some("1234567")
+    );
+}
+
+#[test]
+fn zero_padded_calver_orders_as_a_version() {
+    let seed = tags(&["2024.01.15", "2024.1.9", "2023.12.31", "2024.02.01-rc.1"]);
+    let semver = policy("*", &[], Order::Semver, None);
+    assert_eq!(pick(&semver, &seed), Some("2024.02.01-rc.1"));
+    let releases = policy("semver:>=2024.1", &[], Order::Semver, None);
+    assert_eq!(pick(&releases, &seed), Some("2024.01.15"));
+    let january = policy("semver:2024.01", &[], Order::Semver, None);
+    assert!(january.matches("2024.01.15"));
+    assert!(!january.matches("2024.02.01"));
 }
 
 #[test]
@@ -161,10 +186,42 @@ fn semver_ranges_admit_prereleases_only_when_they_mention_one() {
     assert!(!stable.matches("1.2.4-rc.1"));
     assert!(stable.matches("v1.2.3"));
     assert!(!stable.matches("2.0.0"));
-    // A prerelease comparator admits prereleases of that same major.minor.patch only.
+    // A prerelease comparator admits prereleases of every version in its alternative (as in
+    // Masterminds/semver, not only of the same major.minor.patch as in npm or Cargo).
     let rc = policy("semver:>=1.2.4-rc.0, <2", &[], Order::Semver, None);
-    assert_eq!(pick(&rc, &seed), Some("1.2.4-rc.1"));
-    assert!(!rc.matches("1.3.0-rc.1"));
+    assert_eq!(pick(&rc, &seed), Some("1.3.0-rc.1"));
+    assert!(rc.matches("1.2.4-rc.1"));
+    assert!(!rc.matches("1.2.3-rc.1"));
+    // The peers' "include prereleases" idiom.
+    let any = policy("semver:>=0.0.0-0", &[], Order::Semver, None);
+    assert_eq!(pick(&any, &seed), Some("2.0.0"));
+    assert!(any.matches("1.3.0-rc.1"));
+    // A bare version is that minor line, not a caret range: Flux picks 1.0.0 here.
+    let seed = tags(&["1.0.0", "1.1.0", "2.0.0"]);
+    assert_eq!(
+        pick(&policy("semver:1.0", &[], Order::Semver, None), &seed),
+        Some("1.0.0")
+    );
+    // Alternatives, hyphen ranges and exclusions.
+    let seed = tags(&["1.4.2", "1.5.0", "2.3.1", "3.0.0"]);
+    assert_eq!(
+        pick(
+            &policy("semver:~1.4 || ^2", &[], Order::Semver, None),
+            &seed
+        ),
+        Some("2.3.1")
+    );
+    assert_eq!(
+        pick(&policy("semver:1.4 - 2.0", &[], Order::Semver, None), &seed),
+        Some("1.5.0")
+    );
+    assert_eq!(
+        pick(
+            &policy("semver:>=1 !=2.3.1 <3", &[], Order::Semver, None),
+            &seed
+        ),
+        Some("1.5.0")
+    );
     // The range filters; the order is still the one given.
     let seed = vec![
         pushed("1.2.3", "2024-01-02T00:00:00Z"),
@@ -183,7 +240,8 @@ fn unparsable_tags_are_ignored() {
         "main",
         "sha-0d3f2a1",
         "1.2.3.4",
-        "2024.01.05",
+        "1234567",
+        "V2.0.0",
         "1.2.3",
     ]);
     assert_eq!(pick(&semver, &seed), Some("1.2.3"));
@@ -449,9 +507,9 @@ fn the_choice_does_not_depend_on_input_order() {
     });
 
     let cases = [
-        // Numeric tags are versions too (7 is 7.0.0), so they are kept out to reach the tie
-        // between 1.2, 1.2.0 and v1.2.0.
-        (policy("", &[], Order::Semver, None), "7"),
+        // One-number tags (7, 007) are not versions, so Semver reaches the tie between 1.2,
+        // 1.2.0 and v1.2.0 with or without excluding them.
+        (policy("", &[], Order::Semver, None), "v1.2.0"),
         (policy("", &["*7"], Order::Semver, None), "v1.2.0"),
         (policy("", &[], Order::Numerical, None), "7"),
         (policy("", &[], Order::Alphabetical, None), "v1.2.0"),
@@ -504,4 +562,118 @@ fn a_glob_orders_on_what_its_wildcards_matched() {
         policy.select(&builds).map(|t| t.tag.as_str()),
         Some("build-10")
     );
+}
+
+#[test]
+fn signature_and_attestation_tags_are_never_candidates_unless_named() {
+    let digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let artifacts = [
+        format!("sha256-{digest}.sig"),
+        format!("sha256-{digest}.att"),
+        format!("sha256-{digest}.sbom"),
+        format!("sha256-{digest}"),
+    ];
+    let mut seed = tags(&["v1.0.0", "v1.1.0"]);
+    seed.extend(artifacts.iter().map(TagInfo::new));
+    for order in [Order::Alphabetical, Order::Semver] {
+        let all = policy("*", &[], order, None);
+        assert_eq!(pick(&all, &seed), Some("v1.1.0"), "{order:?}");
+        assert!(artifacts.iter().all(|tag| !all.matches(tag)));
+    }
+    // Newest: the signature is pushed after the image it signs.
+    let mut pushed_seed = vec![pushed("v1.1.0", "2024-01-01T00:00:00Z")];
+    pushed_seed.extend(
+        artifacts
+            .iter()
+            .map(|tag| pushed(tag, "2024-01-01T00:00:05Z")),
+    );
+    assert_eq!(
+        pick(&policy("", &[], Order::Newest, None), &pushed_seed),
+        Some("v1.1.0")
+    );
+    // A glob that merely matches them is not enough; one that names them is.
+    assert!(!policy("*.sig", &[], Order::Alphabetical, None).matches(&artifacts[0]));
+    let signatures = policy("sha256-*.sig", &[], Order::Alphabetical, None);
+    assert_eq!(pick(&signatures, &seed), Some(artifacts[0].as_str()));
+    let regex = policy(
+        r"regex:^sha256-[0-9a-f]{64}$",
+        &[],
+        Order::Alphabetical,
+        None,
+    );
+    assert_eq!(pick(&regex, &seed), Some(artifacts[3].as_str()));
+    // Look-alikes stay ordinary tags.
+    let all = policy("*", &[], Order::Alphabetical, None);
+    for tag in [
+        "sha256-abc.sig",
+        "sha256-é",
+        &format!("sha256-{digest}.tar"),
+    ] {
+        assert!(all.matches(tag), "{tag}");
+    }
+}
+
+#[test]
+fn prefer_least_picks_the_smallest_alphabetical_or_numerical_value() {
+    let seed = tags(&["b", "a", "c", "10", "9"]);
+    let least = |order| policy("", &[], order, None).prefer_least().unwrap();
+    assert_eq!(pick(&least(Order::Alphabetical), &seed), Some("10"));
+    assert_eq!(pick(&least(Order::Numerical), &seed), Some("9"));
+    // Equal numbers still go to the greatest tag.
+    let seed = tags(&["007", "7", "8"]);
+    assert_eq!(pick(&least(Order::Numerical), &seed), Some("7"));
+    for order in [Order::Semver, Order::Newest] {
+        assert_eq!(
+            policy("", &[], order, None)
+                .prefer_least()
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "pick Lowest applies to order Alphabetical or Numerical only (it is {order:?} here)"
+            )
+        );
+    }
+}
+
+/// `fixtures/tag-selection.tsv`: the peers' own selection tests, one row per case.
+#[test]
+fn peers_choose_the_same_tag() {
+    let fixture = include_str!("fixtures/tag-selection.tsv");
+    let mut rows = 0;
+    for (number, line) in fixture.lines().enumerate() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let columns: Vec<&str> = line.split('\t').collect();
+        assert_eq!(columns.len(), 5, "line {}: {line:?}", number + 1);
+        let (pattern, order, listing, expected, source) =
+            (columns[0], columns[1], columns[2], columns[3], columns[4]);
+        let (order, least) = match order.strip_suffix("Lowest") {
+            Some(order) => (order, true),
+            None => (order, false),
+        };
+        let order = match order {
+            "Semver" => Order::Semver,
+            "Alphabetical" => Order::Alphabetical,
+            "Numerical" => Order::Numerical,
+            "Newest" => Order::Newest,
+            other => panic!("line {}: unknown order {other:?}", number + 1),
+        };
+        let mut built = policy(pattern, &[], order, None);
+        if least {
+            built = built.prefer_least().unwrap();
+        }
+        let listing = tags(&listing.split(' ').collect::<Vec<_>>());
+        let expected = (expected != "none").then_some(expected);
+        for arrangement in arrangements(&listing) {
+            assert_eq!(
+                pick(&built, &arrangement),
+                expected,
+                "line {}: {source}",
+                number + 1
+            );
+        }
+        rows += 1;
+    }
+    assert!(rows >= 25, "only {rows} rows");
 }
