@@ -10,7 +10,11 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use imagewatch_e2e::{Ground, Operator, ground::repo_root, wait_until};
+use imagewatch_e2e::{
+    Ground, Operator, TestNamespace,
+    ground::{random_suffix, repo_root},
+    wait_until,
+};
 use serde_json::Value;
 
 const NAMESPACE: &str = "imagewatch";
@@ -248,17 +252,82 @@ async fn every_metric_the_dashboard_and_the_alerts_name_is_served() -> anyhow::R
     named.extend(metric_names(&rendered_rules()?.to_string()));
     ensure!(named.len() >= 10, "too few metric names found: {named:?}");
 
-    let operator = Operator::start(ground, "observability", &ground.kubeconfig, &[])?;
-    // The families are on /metrics once the controller is up; the watch gauges within their
-    // first export.
+    // An operator that holds a shard, scans a real repository under a tight rate limit (so
+    // requests wait) and reconciles a watch that cannot reach Git: every family the dashboard
+    // and the alerts read then has a series.
+    let ns = TestNamespace::create(ground, "observability").await?;
+    let registry = ground.registry()?;
+    let repo = format!("e2e/observability-{}", random_suffix());
+    registry.push(&repo, "v1.0.0")?;
+    let admin = ground.admin().await?;
+    imagewatch_e2e::setup::create_secret(
+        &admin,
+        &ns.name,
+        "regcred",
+        "kubernetes.io/dockerconfigjson",
+        &[(".dockerconfigjson", &registry.dockerconfigjson())],
+    )
+    .await?;
+    let tmp = tempfile::tempdir()?;
+    let registries = tmp.path().join("registries.yaml");
+    std::fs::write(
+        &registries,
+        format!(
+            "registries:\n  \"{}\": {{insecure: true, ratePerSecond: 1, burst: 1}}\n",
+            registry.host
+        ),
+    )?;
+    let registries = registries.display().to_string();
+    let operator = Operator::start(
+        ground,
+        &format!("observability-{}", ns.name),
+        &ground.kubeconfig,
+        &[
+            "--namespace",
+            &ns.name,
+            "--shards",
+            "1",
+            "--pod-namespace",
+            &ns.name,
+            "--registries-config",
+            &registries,
+        ],
+    )?;
+    let watch = format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: unreachable-git, namespace: {ns}}}
+spec:
+  image: {host}/{repo}
+  credentials: {{secretRef: {{name: regcred}}}}
+  interval: 10s
+  git: {{url: "https://127.0.0.1:9/nothing-listens-here.git"}}
+  target: {{workload: {{path: apps, kind: Deployment, name: app, container: app}}}}
+"#,
+        ns = ns.name,
+        host = registry.host,
+    );
+    let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&watch))?;
+    ensure!(ok, "kubectl apply failed: {out}");
+
+    let has_series = |text: &str, family: &str| {
+        text.lines()
+            .any(|l| !l.starts_with('#') && l.starts_with(family))
+    };
     let served = wait_until(
-        "the operator's /metrics",
-        std::time::Duration::from_secs(60),
+        "the operator's /metrics with the watch, shard and rate-limit series",
+        std::time::Duration::from_secs(90),
         || async {
             let text = operator.metrics().await?;
-            Ok(text
-                .contains("# TYPE imagewatch_watch_not_ready_seconds_max gauge")
-                .then_some(text))
+            Ok([
+                "imagewatch_watch_conditions{",
+                "imagewatch_shard_owned{",
+                "imagewatch_registry_requests_total{",
+                "imagewatch_registry_rate_limit_waits_total{",
+            ]
+            .iter()
+            .all(|f| has_series(&text, f))
+            .then_some(text))
         },
     )
     .await

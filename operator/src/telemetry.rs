@@ -331,6 +331,41 @@ impl Metrics {
             "Items waiting in internal queues",
             queue_depth.clone(),
         );
+        // Series that the chart's alerts and dashboard compare against exist from the start
+        // at 0, so a rate or an increase is defined before the first event of its kind.
+        drop(reconciles.get_or_create(&ReconcileLabels {
+            outcome: "ok".into(),
+        }));
+        for outcome in ["ok", "rejected"] {
+            drop(git_pushes.get_or_create(&PushLabels {
+                outcome: outcome.into(),
+            }));
+        }
+        for kind in ["registry-token", "github-app"] {
+            drop(credential_refreshes.get_or_create(&CredentialLabels {
+                kind: kind.into(),
+                outcome: "ok".into(),
+            }));
+        }
+        for outcome in ["committed", "up_to_date"] {
+            drop(promotions.get_or_create(&PromotionLabels {
+                outcome: outcome.into(),
+            }));
+        }
+        for source in [
+            "distribution",
+            "dockerhub",
+            "ghcr",
+            "harbor",
+            "quay",
+            "generic",
+            "sqs",
+        ] {
+            drop(events.get_or_create(&EventLabels {
+                source: source.into(),
+                outcome: "matched".into(),
+            }));
+        }
         Self {
             registry,
             reconciles,
