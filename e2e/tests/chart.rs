@@ -56,6 +56,8 @@ argocd: {namespace: gitops}
 logFormat: text
 logLevel: "info,imagewatch=debug"
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
+grafanaDashboard: {enabled: true, annotations: {grafana_folder: GitOps}}
+prometheusRule: {enabled: true, labels: {release: prometheus}, pushToCommitP99Seconds: 30}
 podDisruptionBudget: {enabled: true, minAvailable: 2}
 networkPolicy:
   enabled: true
@@ -334,7 +336,10 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     assert!(!out.status.success(), "ran without a cluster?\n{stderr}");
 
     // The registries ConfigMap is a document the operator accepts.
-    let configmap = one(&docs, "ConfigMap")?;
+    let configmap = kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|m| m["data"]["registries.yaml"].is_string())
+        .context("no ConfigMap with registries.yaml")?;
     let registries = configmap["data"]["registries.yaml"]
         .as_str()
         .context("no registries.yaml")?;
@@ -373,6 +378,22 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    let rule = one(&docs, "PrometheusRule")?;
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+    assert!(
+        rule["spec"].to_string().contains("> 30"),
+        "the p99 threshold value is used: {}",
+        rule["spec"]
+    );
+    let dashboards: Vec<&Value> = kind(&docs, "ConfigMap")
+        .into_iter()
+        .filter(|m| m["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .collect();
+    assert_eq!(dashboards.len(), 1, "one dashboard ConfigMap");
+    assert_eq!(
+        dashboards[0]["metadata"]["annotations"]["grafana_folder"],
+        "GitOps"
+    );
     let policy = one(&docs, "NetworkPolicy")?;
     assert_eq!(
         policy["spec"]["policyTypes"],
@@ -580,12 +601,14 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
     let tmp = tempfile::tempdir()?;
     let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
     let monitors = serves(ground, "monitoring.coreos.com", "servicemonitors")?;
+    let rules = serves(ground, "monitoring.coreos.com", "prometheusrules")?;
     let release = format!("chart-{}", random_suffix());
     for values in [vec![], vec![all.as_str()]] {
         let rendered = render(&release, &ns.name, &values)?;
         let docs: Vec<String> = split_documents(&rendered)
             .into_iter()
             .filter(|d| monitors || !d.contains("\nkind: ServiceMonitor\n"))
+            .filter(|d| rules || !d.contains("\nkind: PrometheusRule\n"))
             .collect();
         let count = docs.len();
         let manifest = docs.join("---\n");

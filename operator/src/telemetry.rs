@@ -3,7 +3,7 @@
 //! Metric labels are low-cardinality: an outcome or an error category, never a formatted message.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -117,6 +117,22 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// Labels of the watches-by-condition gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct WatchConditionLabels {
+    /// The `Ready` condition's status: `True`, `False` or `Unknown` (no condition yet).
+    pub ready: String,
+    /// The `Ready` condition's reason (`UpToDate`, `GitError`, …; `None` before the first).
+    pub reason: String,
+}
+
+/// Labels of a registry's rate-limit waits.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RateLimitLabels {
+    /// Registry host.
+    pub registry: String,
+}
+
 /// Labels of an internal queue.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
@@ -154,6 +170,16 @@ pub struct Metrics {
     pub webhook_requests: Family<WebhookLabels, Gauge>,
     /// ImageWatches currently known.
     pub watches: Gauge,
+    /// ImageWatches by the status and reason of their `Ready` condition.
+    pub watch_conditions: Family<WatchConditionLabels, Gauge>,
+    /// The longest time any ImageWatch has been not Ready, in seconds (0 when all are).
+    pub watch_not_ready_seconds_max: Gauge,
+    /// Shards configured (0 when not sharded).
+    pub shards: Gauge,
+    /// Requests that waited for a registry's rate limit, by registry.
+    pub registry_rate_limit_waits: Family<RateLimitLabels, Counter>,
+    /// Seconds requests spent waiting for a registry's rate limit, by registry.
+    pub registry_rate_limit_wait_seconds: Family<RateLimitLabels, Counter<f64, AtomicU64>>,
     /// PromotionPolicy reconciles by outcome.
     pub promotions: Family<PromotionLabels, Counter>,
     /// Forge API requests by provider and outcome.
@@ -226,6 +252,37 @@ impl Metrics {
         );
         let watches = Gauge::default();
         registry.register("watches", "ImageWatch objects known", watches.clone());
+        let watch_conditions = Family::<WatchConditionLabels, Gauge>::default();
+        registry.register(
+            "watch_conditions",
+            "ImageWatch objects by the status and reason of their Ready condition",
+            watch_conditions.clone(),
+        );
+        let watch_not_ready_seconds_max = Gauge::default();
+        registry.register(
+            "watch_not_ready_seconds_max",
+            "Longest time any ImageWatch has been not Ready, in seconds (0 when all are Ready)",
+            watch_not_ready_seconds_max.clone(),
+        );
+        let shards = Gauge::default();
+        registry.register(
+            "shards",
+            "Shards configured (0 when not sharded)",
+            shards.clone(),
+        );
+        let registry_rate_limit_waits = Family::<RateLimitLabels, Counter>::default();
+        registry.register(
+            "registry_rate_limit_waits",
+            "Registry requests that waited for the registry's rate limit",
+            registry_rate_limit_waits.clone(),
+        );
+        let registry_rate_limit_wait_seconds =
+            Family::<RateLimitLabels, Counter<f64, AtomicU64>>::default();
+        registry.register(
+            "registry_rate_limit_wait_seconds",
+            "Seconds registry requests spent waiting for the registry's rate limit",
+            registry_rate_limit_wait_seconds.clone(),
+        );
         let promotions = Family::<PromotionLabels, Counter>::default();
         registry.register(
             "promotions",
@@ -274,6 +331,41 @@ impl Metrics {
             "Items waiting in internal queues",
             queue_depth.clone(),
         );
+        // Series that the chart's alerts and dashboard compare against exist from the start
+        // at 0, so a rate or an increase is defined before the first event of its kind.
+        drop(reconciles.get_or_create(&ReconcileLabels {
+            outcome: "ok".into(),
+        }));
+        for outcome in ["ok", "rejected"] {
+            drop(git_pushes.get_or_create(&PushLabels {
+                outcome: outcome.into(),
+            }));
+        }
+        for kind in ["registry-token", "github-app"] {
+            drop(credential_refreshes.get_or_create(&CredentialLabels {
+                kind: kind.into(),
+                outcome: "ok".into(),
+            }));
+        }
+        for outcome in ["committed", "up_to_date"] {
+            drop(promotions.get_or_create(&PromotionLabels {
+                outcome: outcome.into(),
+            }));
+        }
+        for source in [
+            "distribution",
+            "dockerhub",
+            "ghcr",
+            "harbor",
+            "quay",
+            "generic",
+            "sqs",
+        ] {
+            drop(events.get_or_create(&EventLabels {
+                source: source.into(),
+                outcome: "matched".into(),
+            }));
+        }
         Self {
             registry,
             reconciles,
@@ -285,6 +377,11 @@ impl Metrics {
             push_to_commit_seconds,
             webhook_requests,
             watches,
+            watch_conditions,
+            watch_not_ready_seconds_max,
+            shards,
+            registry_rate_limit_waits,
+            registry_rate_limit_wait_seconds,
             promotions,
             forge_requests,
             credential_refreshes,

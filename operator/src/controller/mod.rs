@@ -18,6 +18,7 @@ pub mod shard;
 pub mod sources;
 pub mod status;
 pub mod ttl_cache;
+pub mod watch_metrics;
 pub mod writer;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
@@ -396,6 +397,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ),
     );
     let _ = ctx.store.set(controller.store());
+    tokio::spawn(watch_metrics::export(
+        metrics.clone(),
+        controller.store(),
+        shutdown.clone(),
+    ));
+    metrics.shards.set(i64::from(args.shards));
     let shard_task = match (&ctx.shards, acquired_shards) {
         (Some(shards), Some(acquired)) => {
             tokio::spawn(wake_acquired(
@@ -510,8 +517,8 @@ async fn wake_acquired(
     }
 }
 
-/// Exports the fill of the event and reconcile queues, and the registry token fetches (as
-/// credential refreshes), every few seconds.
+/// Exports the fill of the event and reconcile queues, the registry token fetches (as
+/// credential refreshes) and the registry rate-limit waits, every few seconds.
 async fn export_queue_depths<A, B>(
     metrics: Arc<Metrics>,
     registry: RegistryClient,
@@ -519,9 +526,23 @@ async fn export_queue_depths<A, B>(
     reconciles: tokio::sync::mpsc::Sender<B>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    use crate::telemetry::{CredentialLabels, QueueLabels};
+    use crate::telemetry::{CredentialLabels, QueueLabels, RateLimitLabels};
     let mut token_fetches = 0u64;
+    let mut rate_limit_waits: HashMap<String, crate::registry::RateLimitWaits> = HashMap::new();
     loop {
+        for (host, now) in registry.rate_limit_waits() {
+            let before = rate_limit_waits.entry(host.clone()).or_default();
+            let labels = RateLimitLabels { registry: host };
+            metrics
+                .registry_rate_limit_waits
+                .get_or_create(&labels)
+                .inc_by(now.requests.saturating_sub(before.requests));
+            metrics
+                .registry_rate_limit_wait_seconds
+                .get_or_create(&labels)
+                .inc_by(now.waited.saturating_sub(before.waited).as_secs_f64());
+            *before = now;
+        }
         let fetched = registry.token_fetches();
         if fetched > token_fetches {
             metrics

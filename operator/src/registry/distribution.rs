@@ -60,6 +60,18 @@ const CATALOG_SCOPE: &str = "registry:catalog:*";
 /// A host's failures are logged at `warn` at most once per this window, at `debug` otherwise.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
+/// A wait for the rate limit shorter than this is taken as no wait (timer granularity).
+const RATE_LIMIT_WAIT_COUNTED: Duration = Duration::from_millis(2);
+
+/// Requests to one registry that waited for its rate limit, and how long in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimitWaits {
+    /// Requests that waited.
+    pub requests: u64,
+    /// Their waits added up.
+    pub waited: Duration,
+}
+
 /// The OCI spec lets registries refuse manifests above 4 MiB, so a larger body is not a
 /// manifest; the cap protects memory when hashing for the digest fallback.
 pub(super) const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
@@ -172,6 +184,8 @@ pub(super) struct Inner {
     wide_tokens: WideTokens,
     /// Token requests sent (not counting retries of one request).
     token_fetches: AtomicU64,
+    /// Per registry: requests that waited for its rate limit, and the total wait.
+    rate_limit_waits: Mutex<HashMap<String, RateLimitWaits>>,
     pub(super) metadata: MetadataCache,
     pub(super) metadata_fetches: AtomicU64,
 }
@@ -306,6 +320,7 @@ impl RegistryClient {
                 tokens: TokenCache::default(),
                 wide_tokens: WideTokens::new(DEFAULT_TOKEN_URL_BUDGET, MAX_REMEMBERED_SCOPES),
                 token_fetches: AtomicU64::new(0),
+                rate_limit_waits: Mutex::new(HashMap::new()),
                 metadata: MetadataCache::default(),
                 metadata_fetches: AtomicU64::new(0),
             }),
@@ -333,6 +348,28 @@ impl RegistryClient {
     /// Number of bearer-token requests made so far by this client and its clones.
     pub fn token_fetches(&self) -> u64 {
         self.inner.token_fetches.load(Ordering::Relaxed)
+    }
+
+    /// Per registry host, the requests so far that waited for its rate limit and how long
+    /// they waited in all (cumulative, for the metrics exporter).
+    pub fn rate_limit_waits(&self) -> Vec<(String, RateLimitWaits)> {
+        let waits = self
+            .inner
+            .rate_limit_waits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        waits.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    fn count_rate_limit_wait(&self, registry: &str, waited: Duration) {
+        let mut waits = self
+            .inner
+            .rate_limit_waits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let entry = waits.entry(registry.to_string()).or_default();
+        entry.requests += 1;
+        entry.waited += waited;
     }
 
     /// When the longest-lasting registry-wide token for `registry` and `creds` stops being
@@ -716,7 +753,14 @@ impl RegistryClient {
         let retry = self.inner.retry;
         let mut retries = 0;
         loop {
-            if let Err(remaining) = bucket.acquire(MAX_PAUSE_WAIT).await {
+            let asked = tokio::time::Instant::now();
+            let acquired = bucket.acquire(MAX_PAUSE_WAIT).await;
+            let waited = asked.elapsed();
+            // A slot that was free at once is no wait; timer granularity is about 1 ms.
+            if waited >= RATE_LIMIT_WAIT_COUNTED {
+                self.count_rate_limit_wait(registry, waited);
+            }
+            if let Err(remaining) = acquired {
                 // Round up, so a requeue after it does not land just before the pause ends.
                 let secs = remaining.as_secs() + u64::from(remaining.subsec_nanos() > 0);
                 tracing::debug!(registry, paused_s = secs, "registry is paused after a 429");

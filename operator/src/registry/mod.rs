@@ -48,7 +48,7 @@ mod resilience_tests;
 mod test_server;
 
 pub use auth::Credentials;
-pub use distribution::{RegistryClient, RegistryOptions, TagPaging};
+pub use distribution::{RateLimitWaits, RegistryClient, RegistryOptions, TagPaging};
 pub use dockerconfig::{dockerconfig_hosts, from_dockerconfigjson};
 pub use error::RegistryError;
 pub use metadata::TimedTags;
