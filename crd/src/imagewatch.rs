@@ -21,7 +21,7 @@ use crate::common::{GitSource, SecretRef};
     namespaced,
     status = "ImageWatchStatus",
     shortname = "iw",
-    category = "imagewatch",
+    category = "imagewatch-all",
     derive = "PartialEq",
     doc = "Follows new tags of one container image and writes the chosen tag into one place in a Git repository of manifests.",
     printcolumn(
