@@ -870,3 +870,59 @@ fn setter_refuses_an_unparsable_file_with_its_marker() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Shapes kubectl and Helm accept (go-yaml reads them) that a strict YAML 1.2
+// scanner refused.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn flow_sequence_closed_at_its_keys_column() {
+    check(
+        fixture!("flow-closed-at-key.yaml"),
+        &[],
+        &deploy("web", "app"),
+        tag("1.1.0"),
+        fixture!("flow-closed-at-key.expected.yaml"),
+    );
+    // The container after the flow collections is found too.
+    let plan = plan_workload_edit(
+        &[("input.yaml", fixture!("flow-closed-at-key.yaml"))],
+        &deploy("web", "sidecar"),
+        &tag("1.37"),
+    )
+    .unwrap();
+    let edit = plan.edit.expect("an edit");
+    assert_eq!(
+        diff(fixture!("flow-closed-at-key.yaml"), &edit.new_contents),
+        ("6", "7")
+    );
+}
+
+#[test]
+fn quoted_scalar_continued_at_its_keys_column() {
+    check(
+        fixture!("quoted-continued-at-key.yaml"),
+        &[],
+        &deploy("web", "app"),
+        tag("1.1.0"),
+        fixture!("quoted-continued-at-key.expected.yaml"),
+    );
+}
+
+#[test]
+fn kustomize_digest_on_the_last_line_without_a_final_newline() {
+    let input = fixture!("kustomize-digest-eof.yaml");
+    assert!(!input.ends_with('\n'));
+    check_target(
+        &[("kustomization.yaml", input)],
+        &kustomize("", "web"),
+        &tag("v2.1"),
+        &[(
+            "kustomization.yaml",
+            fixture!("kustomize-digest-eof.expected.yaml"),
+            "digest: sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+            "newTag: v2.1",
+        )],
+    );
+}

@@ -35,7 +35,7 @@ use super::yaml::{self, Lookup, NodeId, NodeKind, Stream, is_null};
 use super::{
     DocLocation, EditError, NotFound, Site, Warning, WorkloadKind, WorkloadSummary, WorkloadTarget,
 };
-use saphyr_parser::ScalarStyle as RawStyle;
+use granit_parser::ScalarStyle as RawStyle;
 
 /// Quoting style of the located image token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -708,7 +708,7 @@ spec: {template: {spec: {containers: [{name: app, image: 'x:3'}]}}}
         let t = target(WorkloadKind::Pod, "p", "a");
         for (text, needle) in [
             (
-                "x: &i app:1\n---\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: *i}]}\n",
+                "kind: Pod\nmetadata: {name: p, labels: {x: &i app:1}}\nspec: {containers: [{name: a, image: *i}]}\n",
                 "alias",
             ),
             (
@@ -732,7 +732,7 @@ spec: {template: {spec: {containers: [{name: app, image: 'x:3'}]}}}
                 "more than one image",
             ),
             (
-                "base: &s {containers: [{name: a, image: x}]}\n---\nkind: Pod\nmetadata: {name: p}\nspec: *s\n",
+                "kind: Pod\nmetadata: {name: p, annotations: &s {containers: [{name: a, image: x}]}}\nspec: *s\n",
                 "alias",
             ),
         ] {

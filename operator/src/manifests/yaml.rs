@@ -1,7 +1,7 @@
 //! A minimal YAML node tree with exact source positions.
 //!
 //! Place in the flow: first step of reading the current tag from Git. The
-//! manifest text is parsed with `saphyr-parser` events into a flat arena of
+//! manifest text is parsed with `granit-parser` events into a flat arena of
 //! nodes whose scalar spans are *byte* ranges into the original text, so the
 //! edit step can later rewrite exactly one token and leave every other byte
 //! alone.
@@ -18,7 +18,7 @@
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use saphyr_parser::{Event, Parser, ScalarStyle as RawStyle, Span, Tag};
+use granit_parser::{Event, Options, Parser, ScalarStyle as RawStyle, Span, StructureStyle, Tag};
 
 /// Index of a node in [`Stream::nodes`].
 pub(crate) type NodeId = usize;
@@ -228,14 +228,6 @@ enum Frame {
     },
 }
 
-/// Whether a collection start event (its span covers the node properties
-/// and, for flow collections only, the opening bracket) opens a flow
-/// collection.
-fn opens_flow(text: &str, range: &Range<usize>) -> bool {
-    text.get(range.clone())
-        .is_some_and(|t| t.trim_end().ends_with(['[', '{']))
-}
-
 fn build(text: &str) -> Result<Stream, YamlError> {
     let offsets = CharToByte::new(text);
     let mut nodes: Vec<Node> = Vec::new();
@@ -243,7 +235,9 @@ fn build(text: &str) -> Result<Stream, YamlError> {
     let mut stack: Vec<Frame> = Vec::new();
     // The parser numbers anchors itself; an alias only needs to be recorded
     // as such because aliases are never followed.
-    for event in Parser::new_from_str(text) {
+    let mut options = Options::default();
+    options.emit_comments = false;
+    for event in Parser::new_from_str_with_options(text, options) {
         let (event, span) = event.map_err(|e| YamlError::Syntax {
             line: e.marker().line(),
             column: e.marker().col() + 1,
@@ -251,8 +245,8 @@ fn build(text: &str) -> Result<Stream, YamlError> {
         })?;
         let range = offsets.range(&span)?;
         let completed = match event {
-            Event::StreamStart | Event::StreamEnd | Event::Nothing => None,
-            Event::DocumentStart(_) | Event::DocumentEnd => {
+            Event::StreamStart | Event::StreamEnd | Event::Anchor(..) => None,
+            Event::DocumentStart(..) | Event::DocumentEnd => {
                 if !stack.is_empty() {
                     return Err(YamlError::Structure(
                         "document boundary inside a collection",
@@ -278,18 +272,18 @@ fn build(text: &str) -> Result<Stream, YamlError> {
                 span: range,
                 flow: false,
             }),
-            Event::SequenceStart(..) => {
+            Event::SequenceStart(style, ..) => {
                 stack.push(Frame::Sequence {
                     start: range.start,
-                    flow: opens_flow(text, &range),
+                    flow: style == StructureStyle::Flow,
                     items: Vec::new(),
                 });
                 None
             }
-            Event::MappingStart(..) => {
+            Event::MappingStart(style, ..) => {
                 stack.push(Frame::Mapping {
                     start: range.start,
-                    flow: opens_flow(text, &range),
+                    flow: style == StructureStyle::Flow,
                     entries: Vec::new(),
                     key: None,
                 });
@@ -316,6 +310,9 @@ fn build(text: &str) -> Result<Stream, YamlError> {
                 }),
                 _ => return Err(YamlError::Structure("unbalanced mapping end")),
             },
+            // Comments are not asked for, unresolved aliases are reported as errors by
+            // default; anything else is presentation metadata a later version may add.
+            _ => None,
         };
         let Some(node) = completed else { continue };
         let id = nodes.len();
@@ -336,7 +333,7 @@ fn build(text: &str) -> Result<Stream, YamlError> {
 }
 
 fn render_tag(tag: &Tag) -> String {
-    format!("{}{}", tag.handle, tag.suffix)
+    format!("{}{}", tag.handle(), tag.suffix())
 }
 
 /// The byte range of a scalar's token (quotes included, node properties
