@@ -101,6 +101,13 @@ pub struct ImageWatchSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
 
+    /// Edit the target's image also when it is a YAML anchor that other places alias
+    /// (`image: &img nginx:1.0` ... `image: *img`), which changes every one of them. Omitted or
+    /// false: such an edit is refused (`Ready=False TargetNotFound`) with a message naming the
+    /// aliases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_shared_anchor: Option<bool>,
+
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.
     #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h"))]

@@ -38,7 +38,7 @@ use super::{
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
-    manifests::{ImageChange, TargetSpec, WorkloadTarget},
+    manifests::{EditOptions, ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
     telemetry::{ReconcileLabels, RegistryLabels},
@@ -446,6 +446,9 @@ impl Prepared<'_> {
             target: target_spec(&self.target, &git.base_path, &self.image)
                 .map_err(ReconcileError::InvalidSpec)?,
             change: ImageChange::Image(image),
+            edit: EditOptions {
+                edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
+            },
             watch: format!("{}/{}", self.rules.namespace, watch.name_any()),
             dry_run: watch.spec.is_suspended(),
             push_branch: git.push_branch.map(|template| {

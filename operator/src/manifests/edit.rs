@@ -28,7 +28,7 @@
 
 use super::image_ref::{ImageRef, validate_tag};
 use super::locate::{Located, ScalarStyle, find_workload_image, token_matches};
-use super::{EditError, ImageRefError, Warning, WorkloadTarget, yaml};
+use super::{EditError, EditOptions, ImageRefError, Warning, WorkloadTarget, yaml};
 
 /// How the image of the target container should change.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -99,6 +99,26 @@ impl Plan {
 /// e.g. the blobs of a Git tree. Pure. `plan.edit` is `None` when the image
 /// is already current; otherwise it holds the complete new file contents.
 pub fn plan_workload_edit<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &WorkloadTarget,
+    change: &ImageChange,
+) -> Result<Plan, EditError> {
+    plan_workload_edit_with(files, target, change, EditOptions::default())
+}
+
+/// [`plan_workload_edit`] with [`EditOptions`].
+pub fn plan_workload_edit_with<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &WorkloadTarget,
+    change: &ImageChange,
+    options: EditOptions,
+) -> Result<Plan, EditError> {
+    let plan = plan_workload_unchecked(files, target, change)?;
+    options.check(&plan)?;
+    Ok(plan)
+}
+
+fn plan_workload_unchecked<N: AsRef<str>>(
     files: &[(N, &str)],
     target: &WorkloadTarget,
     change: &ImageChange,

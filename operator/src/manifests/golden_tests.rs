@@ -926,3 +926,59 @@ fn kustomize_digest_on_the_last_line_without_a_final_newline() {
         )],
     );
 }
+
+// ---------------------------------------------------------------------------
+// Anchors: an edit never changes another place silently.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_anchor_other_containers_alias_is_refused_naming_them() {
+    let files = [("input.yaml", fixture!("anchors.yaml"))];
+    let err = plan_workload_edit(&files, &deploy("web", "app"), &tag("1.1.0")).unwrap_err();
+    let EditError::SharedAnchor { aliases, path, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(path, "spec.template.spec.containers[0].image");
+    assert_eq!(
+        aliases,
+        &[
+            "*img at spec.template.spec.containers[1].image (name \"worker\")",
+            "*img at spec.template.spec.initContainers[0].image (name \"migrate\")",
+        ]
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("worker")
+            && message.contains("migrate")
+            && message.contains("nothing was changed"),
+        "{message}"
+    );
+    // Through the entry point of every target kind, too.
+    let spec = TargetSpec::Workload {
+        path: String::new(),
+        target: deploy("web", "app"),
+    };
+    assert!(matches!(
+        plan_edit(&files, &spec, &tag("1.1.0")),
+        Err(EditError::SharedAnchor { .. })
+    ));
+    // An alias itself is not followed.
+    let err = plan_workload_edit(&files, &deploy("web", "worker"), &tag("1.1.0")).unwrap_err();
+    assert!(err.to_string().contains("alias"), "{err}");
+}
+
+#[test]
+fn an_anchor_may_be_edited_for_all_its_aliases_when_asked() {
+    let files = [("input.yaml", fixture!("anchors.yaml"))];
+    let options = EditOptions {
+        edit_shared_anchor: true,
+    };
+    let plan =
+        plan_workload_edit_with(&files, &deploy("web", "app"), &tag("1.1.0"), options).unwrap();
+    let edit = plan.edit.expect("an edit");
+    assert_eq!(edit.new_contents, fixture!("anchors.expected.yaml"));
+    assert_eq!(plan.located.map(|l| l.shared_with.len()), Some(2));
+    // An anchor nothing aliases is edited without asking.
+    let plan = plan_workload_edit(&files, &deploy("web", "proxy"), &tag("v1.31.0")).unwrap();
+    assert!(plan.edit.is_some());
+}

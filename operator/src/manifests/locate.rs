@@ -64,6 +64,10 @@ pub struct Located {
     pub style: ScalarStyle,
     /// The decoded image string.
     pub value: String,
+    /// When the scalar defines an anchor (`&img nginx:1.0`): the places that
+    /// alias it (`*img`), which an edit of it changes too. See
+    /// [`super::EditOptions::edit_shared_anchor`].
+    pub shared_with: Vec<String>,
 }
 
 impl Located {
@@ -161,6 +165,7 @@ enum SiteEval {
         span: Range<usize>,
         style: ScalarStyle,
         value: String,
+        shared_with: Vec<String>,
     },
     Unsupported {
         path: String,
@@ -304,6 +309,7 @@ impl FileCtx<'_> {
                 span: token.span,
                 style: token.style,
                 value: token.value,
+                shared_with: token.shared_with,
             },
             Err(reason) => SiteEval::Unsupported { path, reason },
         }
@@ -317,6 +323,8 @@ pub(crate) struct ScalarToken {
     pub span: Range<usize>,
     pub style: ScalarStyle,
     pub value: String,
+    /// The aliases of the anchor this scalar defines, if any.
+    pub shared_with: Vec<String>,
 }
 
 /// Checks that node `id` of `stream` (parsed from `text`) is a string scalar
@@ -374,6 +382,7 @@ pub(crate) fn scalar_token_of(
         span,
         style,
         value: value.clone(),
+        shared_with: stream.aliases_of(id),
     })
 }
 
@@ -504,6 +513,7 @@ fn select(
             span,
             style,
             value,
+            shared_with,
         } => Ok(Search {
             located: Located {
                 file: location.file,
@@ -514,6 +524,7 @@ fn select(
                 span,
                 style,
                 value,
+                shared_with,
             },
             warnings,
         }),

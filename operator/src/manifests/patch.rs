@@ -102,6 +102,7 @@ impl<'a> Doc<'a> {
             span: token.span.clone(),
             style: token.style,
             value: token.value.clone(),
+            shared_with: token.shared_with.clone(),
         }
     }
 
