@@ -372,9 +372,19 @@ pub struct LatestImage {
     /// Manifest digest (`sha256:…`) the registry reported for the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// When the registry says the tag was pushed, if it says.
+    /// When the registry says the image was pushed, if it says (orders other than `Newest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pushed_at: Option<Time>,
+    /// Under `order: Newest`, the time the tag is ordered by: when the tag appeared. Kept
+    /// across operator restarts through this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appeared_at: Option<Time>,
+    /// Where `appearedAt` comes from: `RegistryEvent` (the event's timestamp), `FirstListed`
+    /// (the first listing that had the tag), `ImageTime` (the tag was there before the
+    /// operator's first listing: the image's created or ECR push time, which a re-tag
+    /// shares with the image's other tags), `Status` (restored after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appeared_from: Option<String>,
 }
 
 /// What Git holds for the target.
