@@ -88,6 +88,8 @@ impl Located {
 pub struct Search {
     pub located: Located,
     pub warnings: Vec<Warning>,
+    /// (documents, nodes) of the file holding the image, for the edit's self-check.
+    pub(crate) shape: (usize, usize),
 }
 
 /// Locates the image of `target` in `files` (`(name, contents)` pairs).
@@ -96,6 +98,32 @@ pub fn find_workload_image<N: AsRef<str>>(
     files: &[(N, &str)],
     target: &WorkloadTarget,
 ) -> Result<Search, EditError> {
+    target.workload_kind().map_err(EditError::InvalidTarget)?;
+    let mut warnings = Vec::new();
+    let mut parsed = Vec::with_capacity(files.len());
+    for (file_index, (name, text)) in files.iter().enumerate() {
+        let name = name.as_ref();
+        match yaml::parse_stream(text) {
+            Ok(stream) => parsed.push((name, file_index, *text, stream)),
+            Err(error) => warnings.push(Warning {
+                file: name.to_owned(),
+                message: error.to_string(),
+            }),
+        }
+    }
+    let parsed: Vec<(&str, usize, &str, &Stream)> = parsed
+        .iter()
+        .map(|(name, index, text, stream)| (*name, *index, *text, stream))
+        .collect();
+    find_in_parsed(&parsed, target, warnings)
+}
+
+/// [`find_workload_image`] on files already parsed: `(name, index, text, stream)`.
+pub(crate) fn find_in_parsed(
+    files: &[(&str, usize, &str, &Stream)],
+    target: &WorkloadTarget,
+    warnings: Vec<Warning>,
+) -> Result<Search, EditError> {
     let query = Query {
         kind: target.workload_kind().map_err(EditError::InvalidTarget)?,
         name: &target.name,
@@ -103,25 +131,13 @@ pub fn find_workload_image<N: AsRef<str>>(
         // An empty namespace (e.g. an unset field of a resource) means none.
         namespace: target.namespace.as_deref().filter(|ns| !ns.is_empty()),
     };
-    let mut warnings = Vec::new();
     let mut candidates = Vec::new();
-    for (file_index, (name, text)) in files.iter().enumerate() {
-        let name = name.as_ref();
-        let stream = match yaml::parse_stream(text) {
-            Ok(stream) => stream,
-            Err(error) => {
-                warnings.push(Warning {
-                    file: name.to_owned(),
-                    message: error.to_string(),
-                });
-                continue;
-            }
-        };
+    for &(name, file_index, text, stream) in files {
         let file = FileCtx {
             name,
             index: file_index,
             text,
-            stream: &stream,
+            stream,
         };
         for (document, &root) in stream.documents.iter().enumerate() {
             if stream.get_str(root, "kind") == Some("List") {
@@ -137,7 +153,12 @@ pub fn find_workload_image<N: AsRef<str>>(
             }
         }
     }
-    select(candidates, &query, target, warnings)
+    let mut search = select(candidates, &query, target, warnings)?;
+    search.shape = files
+        .iter()
+        .find(|f| f.1 == search.located.file_index)
+        .map_or((0, 0), |f| (f.3.documents.len(), f.3.nodes.len()));
+    Ok(search)
 }
 
 /// The target with its kind resolved.
@@ -527,6 +548,7 @@ fn select(
                 shared_with,
             },
             warnings,
+            shape: (0, 0),
         }),
         SiteEval::Unsupported { path, reason } => Err(EditError::Unsupported {
             target: Box::new(target.clone()),
