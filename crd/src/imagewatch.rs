@@ -21,7 +21,7 @@ use crate::common::{GitSource, SecretRef};
     namespaced,
     status = "ImageWatchStatus",
     shortname = "iw",
-    category = "imagewatch",
+    category = "imagewatch-all",
     derive = "PartialEq",
     doc = "Follows new tags of one container image and writes the chosen tag into one place in a Git repository of manifests.",
     printcolumn(
@@ -100,6 +100,13 @@ pub struct ImageWatchSpec {
     /// Stop writing to Git. Status keeps reporting the latest tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+
+    /// Edit the target's image also when it is a YAML anchor that other places alias
+    /// (`image: &img nginx:1.0` ... `image: *img`), which changes every one of them. Omitted or
+    /// false: such an edit is refused (`Ready=False TargetNotFound`) with a message naming the
+    /// aliases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_shared_anchor: Option<bool>,
 
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.
@@ -386,9 +393,19 @@ pub struct LatestImage {
     /// Manifest digest (`sha256:…`) the registry reported for the tag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// When the registry says the tag was pushed, if it says.
+    /// When the registry says the image was pushed, if it says (orders other than `Newest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pushed_at: Option<Time>,
+    /// Under `order: Newest`, the time the tag is ordered by: when the tag appeared. Kept
+    /// across operator restarts through this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appeared_at: Option<Time>,
+    /// Where `appearedAt` comes from: `RegistryEvent` (the event's timestamp), `FirstListed`
+    /// (the first listing that had the tag), `ImageTime` (the tag was there before the
+    /// operator's first listing: the image's created or ECR push time, which a re-tag
+    /// shares with the image's other tags), `Status` (restored after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub appeared_from: Option<String>,
 }
 
 /// What Git holds for the target.

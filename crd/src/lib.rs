@@ -29,9 +29,84 @@ pub const GROUP: &str = "imagewatch.dev";
 /// Field manager used for every write the operator makes (status only).
 pub const FIELD_MANAGER: &str = "imagewatch";
 
-/// Both CustomResourceDefinitions, in a stable order.
+/// The `kubectl get CATEGORY` name that lists both kinds. It must differ from every plural,
+/// singular and short name: kubectl expands a category before it resolves a resource, so a
+/// category named `imagewatch` would turn `kubectl get imagewatch NAME` into a query over two
+/// kinds ("you must specify only one resource").
+pub const CATEGORY: &str = "imagewatch-all";
+
+/// Both CustomResourceDefinitions, in a stable order, with descriptions as paragraphs.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![ImageWatch::crd(), PromotionPolicy::crd()]
+        .into_iter()
+        .map(with_paragraph_descriptions)
+        .collect()
+}
+
+/// Rewrites every schema `description` with [`paragraphs`]. The descriptions come from `///`
+/// comments, which are wrapped at the source's line width; `kubectl explain` wraps text itself,
+/// and a hard break inside a sentence shows as a ragged line there.
+fn with_paragraph_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, child) in map.iter_mut() {
+                    match child {
+                        serde_json::Value::String(text) if key == "description" => {
+                            *text = paragraphs(text);
+                        }
+                        _ => walk(child),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut json) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut json);
+    serde_json::from_value(json).unwrap_or(crd)
+}
+
+/// Joins the lines of each paragraph of a doc comment with single spaces. Paragraphs (separated
+/// by an empty line) stay apart, and a list item (`- `, `* `, `1. `) or an indented line starts
+/// a line of its own, as Markdown renders them.
+pub fn paragraphs(text: &str) -> String {
+    fn starts_own_line(line: &str) -> bool {
+        let trimmed = line.trim_start();
+        let numbered = trimmed
+            .split_once(". ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        trimmed.starts_with("- ")
+            || trimmed.starts_with("* ")
+            || numbered
+            || line.starts_with("    ")
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut blank_run = false;
+    for line in text.trim().lines() {
+        if line.trim().is_empty() {
+            blank_run = true;
+            continue;
+        }
+        let own_line = starts_own_line(line);
+        if !out.is_empty() {
+            out.push_str(match (blank_run, own_line) {
+                (true, _) => "\n\n",
+                (false, true) => "\n",
+                (false, false) => " ",
+            });
+        }
+        blank_run = false;
+        out.push_str(if own_line {
+            line.trim_end()
+        } else {
+            line.trim()
+        });
+    }
+    out
 }
 
 /// File name (inside `charts/imagewatch/crds/`) for a generated CRD.
@@ -47,4 +122,28 @@ pub fn render_crd_yaml(
     Ok(format!(
         "# Generated from the Rust types in crd/ by `imagewatch crds` (`just generate`). Do not edit.\n{body}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paragraphs;
+
+    #[test]
+    fn paragraphs_join_wrapped_lines_and_keep_breaks_that_mean_something() {
+        assert_eq!(
+            paragraphs(
+                "Image repository to follow, e.g.\n`ghcr.io/org/app`.\n\nA pattern: one\nsegment."
+            ),
+            "Image repository to follow, e.g. `ghcr.io/org/app`.\n\nA pattern: one segment."
+        );
+        assert_eq!(
+            paragraphs("One of:\n- `Tag`: the tag\n  continued\n- `Pin`: tag@digest"),
+            "One of:\n- `Tag`: the tag continued\n- `Pin`: tag@digest"
+        );
+        assert_eq!(
+            paragraphs("Steps:\n1. first\n2. second"),
+            "Steps:\n1. first\n2. second"
+        );
+        assert_eq!(paragraphs("single line"), "single line");
+    }
 }

@@ -20,7 +20,7 @@ use crate::common::{GitSource, SecretRef};
     namespaced,
     status = "PromotionPolicyStatus",
     shortname = "pp",
-    category = "imagewatch",
+    category = "imagewatch-all",
     derive = "PartialEq",
     doc = "Proposes what a source stage runs to a target stage, behind gates, by commit or pull request.",
     printcolumn(

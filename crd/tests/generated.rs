@@ -106,3 +106,63 @@ fn target_requires_exactly_one_kind_by_cel() {
     assert!(crd.contains("interval must be between 10s and 24h"));
     assert!(crd.contains("tags.pick: Lowest applies only to order Alphabetical or Numerical"));
 }
+
+/// kubectl expands a category before it resolves a resource name, so a category equal to a
+/// plural, singular or short name makes `kubectl get NAME OBJECT` ambiguous.
+#[test]
+fn the_category_shadows_no_resource_name() {
+    let crds = imagewatch_crd::crds();
+    let mut names = Vec::new();
+    for crd in &crds {
+        let n = &crd.spec.names;
+        names.push(n.plural.clone());
+        names.extend(n.singular.clone());
+        names.extend(n.short_names.clone().unwrap_or_default());
+        names.push(n.kind.to_lowercase());
+    }
+    for crd in &crds {
+        let categories = crd.spec.names.categories.clone().unwrap_or_default();
+        assert_eq!(categories, vec![imagewatch_crd::CATEGORY.to_string()]);
+        for c in categories {
+            assert!(!names.contains(&c), "category {c} shadows a resource name");
+        }
+    }
+}
+
+/// Descriptions are paragraphs: a line break only between paragraphs or before a list item or
+/// an indented line, never inside a sentence (`kubectl explain` wraps text itself).
+#[test]
+fn descriptions_have_no_hard_line_breaks() {
+    let mut ragged = Vec::new();
+    for crd in imagewatch_crd::crds() {
+        let json = serde_json::to_value(&crd).expect("json");
+        let mut stack = vec![&json];
+        while let Some(v) = stack.pop() {
+            match v {
+                serde_json::Value::Object(map) => {
+                    if let Some(serde_json::Value::String(d)) = map.get("description") {
+                        for (i, line) in d.split('\n').enumerate().skip(1) {
+                            let prev = d.split('\n').nth(i - 1).unwrap_or("");
+                            let t = line.trim_start();
+                            let meaningful = line.is_empty()
+                                || prev.is_empty()
+                                || t.starts_with("- ")
+                                || t.starts_with("* ")
+                                || line.starts_with("    ")
+                                || t.split_once(". ").is_some_and(|(n, _)| {
+                                    !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())
+                                });
+                            if !meaningful {
+                                ragged.push(format!("{line:?} in {d:?}"));
+                            }
+                        }
+                    }
+                    stack.extend(map.values());
+                }
+                serde_json::Value::Array(items) => stack.extend(items.iter()),
+                _ => {}
+            }
+        }
+    }
+    assert!(ragged.is_empty(), "hard line breaks: {ragged:#?}");
+}

@@ -8,7 +8,8 @@
 #   IMAGEWATCH_BENCH=pushes IMAGEWATCH_BENCH_PUSHES=1,27 just bench
 #   IMAGEWATCH_BENCH=watches IMAGEWATCH_BENCH_WATCHES=1000 IMAGEWATCH_BENCH_REPOS=100 \
 #     IMAGEWATCH_BENCH_INTERVAL=1m just bench
-# Then the git write-back benchmark (operator/benches/git_batch.rs).
+# Then the git write-back benchmark (operator/benches/git_batch.rs) and the set-image one
+# (operator/benches/set_image.rs: editing a 3.5 MB file costs at most 2x finding the target).
 set -euo pipefail
 COMPONENT=bench
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,3 +33,6 @@ RUST_LOG=${RUST_LOG:-info} IMAGEWATCH_BIN="${CARGO_TARGET_DIR:-$REPO/target}/rel
 echo
 # Git write-back: 100 edits in one batch on a large repository vs a shallow clone per change.
 cargo bench -p imagewatch --bench git_batch
+echo
+# set-image on a 3.5 MB multi-document file: planning an edit vs finding the target (≤ 2×).
+cargo bench -p imagewatch --bench set_image

@@ -125,8 +125,7 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
     ] {
         assert!(table.contains(column), "no column {column} in:\n{table}");
     }
-    let cat = ground.kubectl(&["get", "imagewatch", "-n", &ns.name, "-o", "name"])?;
-    assert!(cat.contains("imagewatch.imagewatch.dev/good"), "{cat}");
+    kubectl_forms(ground, &ns.name)?;
 
     // `kubectl explain` helps on nested fields.
     let explain = ground.kubectl(&["explain", "imagewatch.spec.tags"])?;
@@ -136,5 +135,79 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
     );
     let explain = ground.kubectl(&["explain", "promotionpolicy.spec.gates"])?;
     assert!(explain.contains("imageExists"), "{explain}");
+    Ok(())
+}
+
+/// Every form a kubectl user types works on the singular, plural and short names, and the
+/// category lists both kinds. A fresh discovery cache, so the forms are judged on the CRDs as
+/// installed now and not on what an earlier run cached.
+fn kubectl_forms(ground: &Ground, ns: &str) -> anyhow::Result<()> {
+    let cache = tempfile::tempdir()?;
+    let cache_dir = format!("--cache-dir={}", cache.path().display());
+    let run = |args: &[&str]| -> anyhow::Result<String> {
+        let mut all = vec![cache_dir.as_str(), "-n", ns];
+        all.extend_from_slice(args);
+        let (ok, out) = ground.kubectl_try(&all, None)?;
+        anyhow::ensure!(ok, "kubectl {args:?} failed: {out}");
+        Ok(out)
+    };
+    let policy = format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: good-policy, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api}}}}}}
+  to:
+    git: {{url: "https://git.example.com/org/manifests.git", branch: main}}
+    path: overlays/production
+  mode: Commit
+"#
+    );
+    let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&policy))?;
+    assert!(ok, "policy refused: {out}");
+
+    for name in ["imagewatch", "imagewatches", "iw"] {
+        let one = run(&["get", name, "good", "-o", "name"])?;
+        assert_eq!(
+            one.trim(),
+            "imagewatch.imagewatch.dev/good",
+            "get {name} good"
+        );
+        let listed = run(&["get", name, "-o", "name"])?;
+        assert_eq!(
+            listed.trim(),
+            "imagewatch.imagewatch.dev/good",
+            "get {name}"
+        );
+        let described = run(&["describe", name, "good"])?;
+        assert!(
+            described.contains("Name:")
+                && described.contains("good")
+                && described.contains("Kind:         ImageWatch"),
+            "describe {name} good:\n{described}"
+        );
+    }
+    for name in ["promotionpolicy", "promotionpolicies", "pp"] {
+        let one = run(&["get", name, "good-policy", "-o", "name"])?;
+        assert_eq!(
+            one.trim(),
+            "promotionpolicy.imagewatch.dev/good-policy",
+            "get {name}"
+        );
+        run(&["describe", name, "good-policy"])?;
+    }
+    // The category lists both kinds.
+    let both = run(&["get", imagewatch_crd::CATEGORY, "-o", "name"])?;
+    assert!(
+        both.contains("imagewatch.imagewatch.dev/good")
+            && both.contains("promotionpolicy.imagewatch.dev/good-policy"),
+        "get {}:\n{both}",
+        imagewatch_crd::CATEGORY
+    );
+    // Delete by the singular name, then nothing is left to list.
+    run(&["delete", "imagewatch", "good", "--wait=true"])?;
+    run(&["delete", "promotionpolicy", "good-policy", "--wait=true"])?;
+    let left = run(&["get", "imagewatch", "-o", "name"])?;
+    assert!(left.trim().is_empty(), "still listed after delete: {left}");
     Ok(())
 }

@@ -73,6 +73,7 @@ fn request(url: &str, auth: &GitAuth, i: usize, tag: &str) -> WriteRequest {
             },
         },
         change: ImageChange::Image(format!("registry.example.com/{name}:{tag}")),
+        edit: Default::default(),
         watch: format!("fleet/{name}"),
         dry_run: false,
         push_branch: None,

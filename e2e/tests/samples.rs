@@ -129,7 +129,7 @@ async fn sample_objects_apply_and_read_back_unchanged() -> anyhow::Result<()> {
             let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&text))?;
             ensure!(ok && out.contains("unchanged"), "{what}: re-apply: {out}");
 
-            // Plural names: the category `imagewatch` shadows the singular one.
+            // Fully qualified names, so no other group's resource of that name can match.
             let resource = match object["kind"].as_str() {
                 Some("ImageWatch") => "imagewatches.imagewatch.dev",
                 _ => "promotionpolicies.imagewatch.dev",

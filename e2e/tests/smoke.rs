@@ -61,6 +61,8 @@ async fn crd_watch_status_lease_and_rbac_on_the_real_apiserver() -> anyhow::Resu
             tag: "v1.0.0".into(),
             digest: Some("sha256:abc".into()),
             pushed_at: None,
+            appeared_at: None,
+            appeared_from: None,
         }),
         ..Default::default()
     };

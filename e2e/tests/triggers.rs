@@ -229,3 +229,99 @@ async fn an_ecr_push_reaches_git_through_eventbridge_and_sqs() -> anyhow::Result
     );
     Ok(())
 }
+
+/// Under `order: Newest` a tag's time is when the tag appeared, so re-tags of one digest are
+/// each chosen, even when every one sorts lower than the one before (SHA tags of CI cache
+/// hits). Before, they all carried the image's `created` time and the tie went to the
+/// greatest name.
+#[tokio::test]
+async fn retags_of_one_digest_in_descending_name_order_are_each_committed() -> anyhow::Result<()> {
+    let port = free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let token = format!("tok-{}", random_suffix());
+    let registry = NotifyingRegistry::start(&format!("http://{addr}/hooks/distribution"), &token)?;
+    let host = registry.var("IMAGEWATCH_REGISTRY");
+    let s = Scenario::start(
+        "retag",
+        &[
+            "--webhook-addr",
+            &addr,
+            "--webhook-secret",
+            "hooks",
+            "--pod-namespace",
+            "{ns}",
+            "--insecure-registry",
+            &host,
+        ],
+    )
+    .await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hooks",
+        "Opaque",
+        &[("distribution-token", &token)],
+    )
+    .await?;
+    let reg_auth = registry.dockerconfigjson();
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hookreg",
+        "kubernetes.io/dockerconfigjson",
+        &[(".dockerconfigjson", &reg_auth)],
+    )
+    .await?;
+
+    let image_repo = format!("retag/app-{}", random_suffix());
+    registry.script("push-image.sh", &[&format!("{image_repo}:fff0000")])?;
+    let (repo_name, url) = seed(&s, &format!("{host}/{image_repo}"), "fff0000")?;
+    let watch = watch_yaml(
+        &s.ns.name,
+        &format!("{host}/{image_repo}"),
+        &url,
+        "regex:^[0-9a-f]{7}$",
+        "credentials: {secretRef: {name: hookreg}}",
+    )
+    .replace("  tags: {pattern:", "  tags: {order: Newest, pattern:");
+    s.apply(&watch)?;
+    s.wait_ready("canary", "True", "UpToDate").await?;
+    let git = s.ground.git()?;
+    let first = git.commit_count(&repo_name, "main")?;
+
+    let mut digest = None;
+    for (i, tag) in ["def5678", "abc1234", "0a1b2c3"].into_iter().enumerate() {
+        let out = registry.script("retag.sh", &[&format!("{image_repo}:fff0000"), tag])?;
+        let watch = s.wait_applied("canary", tag).await?;
+        assert_eq!(
+            git.commit_count(&repo_name, "main")?,
+            first + i + 1,
+            "{tag}: one commit per re-tag"
+        );
+        let latest = watch
+            .status
+            .and_then(|st| st.latest)
+            .expect("status.latest");
+        assert_eq!(latest.tag, tag);
+        assert!(latest.appeared_at.is_some(), "{latest:?}");
+        assert_eq!(
+            latest.appeared_from.as_deref(),
+            Some("RegistryEvent"),
+            "{tag}: ordered by the event's timestamp"
+        );
+        // Every re-tag is the same image.
+        let d = out.lines().last().map(str::to_owned);
+        assert!(digest.is_none() || digest == d, "{tag}: another digest");
+        digest = d;
+    }
+    let manifest = git.show(
+        &repo_name,
+        "main",
+        "apps/my-api/overlays/stg/deployment-canary.yaml",
+    )?;
+    assert!(
+        manifest.contains(&format!("{image_repo}:0a1b2c3")),
+        "{manifest}"
+    );
+    Ok(())
+}

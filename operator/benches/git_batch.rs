@@ -199,6 +199,7 @@ fn request(url: &str, auth: &GitAuth, i: usize, tag: &str, dry_run: bool) -> Wri
             },
         },
         change: ImageChange::Image(format!("registry.example.com/{name}:{tag}")),
+        edit: Default::default(),
         watch: format!("bench/{name}"),
         dry_run,
         push_branch: None,

@@ -265,6 +265,10 @@ pub struct SetImageArgs {
     /// New image reference, written exactly as given.
     #[arg(long)]
     pub image: Option<String>,
+    /// Also edit a value that is a YAML anchor other places alias (`&img` ... `*img`),
+    /// changing every one of them. Without it such an edit is refused, naming them.
+    #[arg(long)]
+    pub edit_shared_anchor: bool,
 }
 
 #[derive(Args, Debug)]
@@ -363,11 +367,18 @@ pub fn set_image(args: &SetImageArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let options = manifests::EditOptions {
+        edit_shared_anchor: args.edit_shared_anchor,
+    };
     let result = match set_image_target(args) {
-        Ok(SetImageTarget::Workload(path, target)) => manifests::set_image(&path, &target, &change)
-            .map(|outcome| (outcome.warnings.clone(), outcome.to_string())),
-        Ok(SetImageTarget::Other(root, target)) => manifests::set_target(&root, &target, &change)
-            .map(|outcome| (outcome.warnings.clone(), outcome.to_string())),
+        Ok(SetImageTarget::Workload(path, target)) => {
+            manifests::set_image_with(&path, &target, &change, options)
+                .map(|outcome| (outcome.warnings.clone(), outcome.to_string()))
+        }
+        Ok(SetImageTarget::Other(root, target)) => {
+            manifests::set_target_with(&root, &target, &change, options)
+                .map(|outcome| (outcome.warnings.clone(), outcome.to_string()))
+        }
         Err(message) => {
             eprintln!("error: {message}");
             return ExitCode::from(2);

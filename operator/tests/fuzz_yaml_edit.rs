@@ -878,6 +878,7 @@ proptest! {
             span: start..start + len,
             style,
             value,
+            shared_with: Vec::new(),
         };
         if let Ok(out) = replace_scalar(&text, &located, &new) {
             // Accepted only for a real token: everything around it is kept.

@@ -438,3 +438,43 @@ fn setter_target_updates_every_marked_file() {
     assert!(stderr(&out).contains("apps:api"), "{}", stderr(&out));
     assert_eq!(snapshot(tmp.path()), before);
 }
+
+#[test]
+fn a_shared_anchor_is_refused_unless_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    \
+                spec:\n      containers:\n      - name: app\n        image: &img nginx:1.0\n      \
+                - name: worker\n        image: *img\n";
+    let file = write(dir.path(), "deploy.yaml", text);
+    let path = dir.path().display().to_string();
+    let args = [
+        "set-image",
+        "--path",
+        &path,
+        "--workload",
+        "Deployment/web",
+        "--container",
+        "app",
+        "--tag",
+        "1.1",
+    ];
+    let before = snapshot(dir.path());
+    let out = imagewatch(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("*img at spec.template.spec.containers[1].image (name \"worker\")")
+            && err.contains("--edit-shared-anchor"),
+        "{err}"
+    );
+    assert_eq!(snapshot(dir.path()), before, "nothing is written");
+
+    let mut asked = args.to_vec();
+    asked.push("--edit-shared-anchor");
+    let out = imagewatch(&asked);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        text.replace("&img nginx:1.0", "&img nginx:1.1")
+    );
+}

@@ -1003,6 +1003,8 @@ mod tests {
                 tag: "old".into(),
                 digest: None,
                 pushed_at: None,
+                appeared_at: None,
+                appeared_from: None,
             }),
             ..Default::default()
         };

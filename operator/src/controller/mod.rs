@@ -4,6 +4,7 @@
 //! Objects that do not deserialize are reported on their status (`InvalidSpec`) instead of
 //! stopping the stream (`DeserializeGuard`).
 
+pub mod appearances;
 pub mod argocd;
 mod duration;
 pub mod error;
@@ -90,6 +91,8 @@ pub struct Context {
     pub ecr: crate::registry::ecr::EcrTagSource,
     /// Scans shared by every watch of a repository.
     pub index: index::RepositoryIndex,
+    /// When each tag appeared (`order: Newest`).
+    pub appearances: appearances::Appearances,
     /// Namespace of Argo CD's Applications.
     pub argocd_namespace: String,
     /// The controller's cache of ImageWatches (group members, event routing).
@@ -145,6 +148,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             index: index::RepositoryIndex::new(max_tags),
+            appearances: appearances::Appearances::default(),
             ecr,
             pending: routing::PendingEvents::default(),
             argocd_namespace: "argocd".to_string(),

@@ -222,6 +222,11 @@ pub enum PromotionError {
     /// The source has no complete candidate yet.
     #[error("{0}")]
     SourceNotReady(String),
+    /// A source watch is healthy but has not applied its first tag yet (a policy created
+    /// together with its watches): the same `Ready` reason, but a Normal Event, because
+    /// nothing is wrong; the watch's status change reconciles the policy again.
+    #[error("{0}")]
+    SourceWaiting(String),
     /// `to.path` (or a place in it) cannot be found or edited.
     #[error("{0}")]
     TargetNotFound(String),
@@ -258,7 +263,7 @@ impl PromotionError {
         match self {
             Self::InvalidSpec(_) => common_reason::INVALID_SPEC,
             Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
-            Self::SourceNotReady(_) => reason::SOURCE_NOT_READY,
+            Self::SourceNotReady(_) | Self::SourceWaiting(_) => reason::SOURCE_NOT_READY,
             Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
             Self::Git(_) => common_reason::GIT_ERROR,
             Self::Forge(_) => reason::FORGE_ERROR,
@@ -272,6 +277,7 @@ impl PromotionError {
             Self::InvalidSpec(_) => "invalid_spec",
             Self::CredentialsNotFound(_) => "credentials",
             Self::SourceNotReady(_) => "source_not_ready",
+            Self::SourceWaiting(_) => "source_waiting",
             Self::TargetNotFound(_) => "target_not_found",
             Self::Git(_) => "git",
             Self::Forge(_) => "forge",
@@ -284,7 +290,10 @@ impl PromotionError {
     fn is_stalled(&self) -> bool {
         matches!(
             self,
-            Self::InvalidSpec(_) | Self::SourceNotReady(_) | Self::TargetNotFound(_)
+            Self::InvalidSpec(_)
+                | Self::SourceNotReady(_)
+                | Self::SourceWaiting(_)
+                | Self::TargetNotFound(_)
         )
     }
 }
@@ -1184,6 +1193,28 @@ impl Decision {
     }
 }
 
+/// The source watches that have applied no tag yet and report no failure (no status yet,
+/// or `Ready` not `False`), as a message; `None` when there are none. Pure.
+fn first_tag_pending(watches: &[ImageWatch]) -> Option<String> {
+    let pending: Vec<String> = watches
+        .iter()
+        .filter(|w| {
+            let status = w.status.as_ref();
+            let failing = status
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status == "False");
+            status.and_then(|s| s.applied.as_ref()).is_none() && !failing
+        })
+        .map(|w| w.name_any())
+        .collect();
+    (!pending.is_empty()).then(|| {
+        format!(
+            "waiting for ImageWatch {} to apply a first tag",
+            pending.join(", ")
+        )
+    })
+}
+
 fn candidate_error(e: CandidateError) -> PromotionError {
     match e {
         CandidateError::NothingInTarget { .. } => PromotionError::TargetNotFound(e.to_string()),
@@ -1216,6 +1247,9 @@ async fn reconcile_policy(
     // 2. dereference
     let watches = list_source_watches(policy, client).await?;
     let watch_state = if spec.from.watch_selector.is_some() {
+        if let Some(waiting) = first_tag_pending(&watches) {
+            return Err(PromotionError::SourceWaiting(waiting));
+        }
         Some(promotion::sources_from_watches(&watches).map_err(PromotionError::SourceNotReady)?)
     } else {
         None
@@ -1341,6 +1375,8 @@ async fn reconcile_policy(
             annotation: policy.annotations().get(APPROVE_ANNOTATION).cloned(),
             id: candidate.id(),
             summary: candidate.summary(),
+            namespace: policy.namespace().unwrap_or_default(),
+            name: policy.name_any(),
         });
     }
     let report = promotion::evaluate(&facts, jiff::Timestamp::now());
@@ -2012,7 +2048,10 @@ pub fn event_for(
             previous
                 .is_none_or(|c| c.reason != e.reason() || c.message != truncate(&message, 1024))
                 .then(|| Event {
-                    type_: EventType::Warning,
+                    type_: match e {
+                        PromotionError::SourceWaiting(_) => EventType::Normal,
+                        _ => EventType::Warning,
+                    },
                     reason: e.reason().into(),
                     note: Some(truncate(&message, 1024)),
                     action: "Reconcile".into(),
@@ -2168,6 +2207,45 @@ mod tests {
             )
             .is_some()
         );
+    }
+
+    fn source_watch(name: &str, status: serde_json::Value) -> ImageWatch {
+        serde_json::from_value(json!({
+            "apiVersion": "imagewatch.dev/v1alpha1", "kind": "ImageWatch",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"image": "r/my-api", "git": {"url": "https://g/x.git"},
+                     "target": {"helm": {"file": "v.yaml", "tag": "image.tag"}}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// A policy created together with its watches: they have not applied a tag yet, which
+    /// is a wait, not a failure: no Warning Event.
+    #[test]
+    fn a_source_watch_without_a_first_tag_yet_is_a_wait_not_a_warning() {
+        let applied = json!({"applied": {"tag": "v1", "image": "r/my-api:v1"}});
+        let failing = json!({"conditions": [{"type": "Ready", "status": "False",
+            "reason": "RegistryError", "message": "x", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        let healthy = [
+            source_watch("api", applied.clone()),
+            source_watch("worker", serde_json::Value::Null),
+        ];
+        assert_eq!(
+            first_tag_pending(&healthy).as_deref(),
+            Some("waiting for ImageWatch worker to apply a first tag")
+        );
+        assert_eq!(first_tag_pending(&[source_watch("api", applied)]), None);
+        // A failing watch is a source that is not ready: reported as before.
+        assert_eq!(first_tag_pending(&[source_watch("api", failing)]), None);
+
+        let p = policy(json!({}));
+        let waiting = Err(PromotionError::SourceWaiting("waiting".into()));
+        let event = event_for(&p, &waiting).expect("an Event");
+        assert_eq!(event.type_, EventType::Normal);
+        assert_eq!(event.reason, "SourceNotReady");
+        let not_ready = Err(PromotionError::SourceNotReady("broken".into()));
+        assert_eq!(event_for(&p, &not_ready).unwrap().type_, EventType::Warning);
     }
 
     #[test]

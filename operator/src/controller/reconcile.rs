@@ -38,7 +38,7 @@ use super::{
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
-    manifests::{ImageChange, TargetSpec, WorkloadTarget},
+    manifests::{EditOptions, ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
     telemetry::{ReconcileLabels, RegistryLabels},
@@ -58,6 +58,8 @@ pub struct Outcome {
 }
 
 /// What a successful reconcile found and did.
+// One value per reconcile, moved once into the status: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Reconciled {
     /// A watch of one repository.
@@ -185,6 +187,7 @@ struct Prepared<'w> {
     /// Where it is written: `spec.target`, or its expansion for one member of a pattern.
     target: imagewatch_crd::Target,
     scan: Arc<Scan>,
+    scan_key: ScanKey,
 }
 
 /// Step 1 (pure): the tag rules and the interval.
@@ -328,10 +331,14 @@ async fn scan_repository<'w>(
         with_times: rules.order == policy::Order::Newest && !rules.use_ecr,
     };
     let creds = &rules.creds;
+    let newest = rules.order == policy::Order::Newest;
+    if newest {
+        restore_appearance(watch, ctx, &scan_key);
+    }
     let scan = ctx
         .index
         .tags(&scan_key, rules.interval, || async {
-            if rules.use_ecr {
+            let listed = if rules.use_ecr {
                 registry_call(ctx, &repo.registry, ctx.ecr.list(&repo, creds).await)
             } else if scan_key.with_times {
                 registry_call(
@@ -347,6 +354,15 @@ async fn scan_repository<'w>(
                     ctx.registry.list_tags(&repo, creds).await,
                 )
                 .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+            };
+            // Newest orders by when each tag appeared, not by its image's time.
+            if newest {
+                listed.map(|tags| {
+                    ctx.appearances
+                        .observe(&scan_key, tags, jiff::Timestamp::now())
+                })
+            } else {
+                listed
             }
         })
         .await
@@ -358,7 +374,22 @@ async fn scan_repository<'w>(
         image,
         target,
         scan,
+        scan_key,
     })
+}
+
+/// Gives the ledger the appearance time of the watch's `status.latest` tag, which a restart
+/// would otherwise lose; when that changes the ledger, the repository's scan is made again.
+fn restore_appearance(watch: &ImageWatch, ctx: &Context, key: &ScanKey) {
+    let Some(latest) = watch.status.as_ref().and_then(|s| s.latest.as_ref()) else {
+        return;
+    };
+    let Some(Time(at)) = latest.appeared_at.clone() else {
+        return;
+    };
+    if ctx.appearances.restore(key, &latest.tag, at) {
+        ctx.index.invalidate(&key.registry, &key.repository);
+    }
 }
 
 impl Prepared<'_> {
@@ -379,6 +410,36 @@ impl Prepared<'_> {
                 }
             })
             .await?)
+    }
+
+    /// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
+    /// known; otherwise the time the registry lists, if any.
+    fn latest(&self, ctx: &Context, tag: &str, digest: &str) -> LatestImage {
+        let listed = self
+            .scan
+            .tags
+            .iter()
+            .find(|t| t.tag == tag)
+            .and_then(|t| t.pushed_at);
+        let appeared = (self.rules.order == policy::Order::Newest)
+            .then(|| ctx.appearances.get(&self.scan_key, tag))
+            .flatten();
+        match appeared {
+            Some(appeared) => LatestImage {
+                tag: tag.to_owned(),
+                digest: Some(digest.to_owned()),
+                pushed_at: None,
+                appeared_at: appeared.at.map(Time),
+                appeared_from: Some(appeared.source.as_str().to_owned()),
+            },
+            None => LatestImage {
+                tag: tag.to_owned(),
+                digest: Some(digest.to_owned()),
+                pushed_at: listed.map(Time),
+                appeared_at: None,
+                appeared_from: None,
+            },
+        }
     }
 
     /// The tag the watch's own rules (or its pin) choose.
@@ -450,6 +511,9 @@ impl Prepared<'_> {
             target: target_spec(&self.target, &git.base_path, &self.image)
                 .map_err(ReconcileError::InvalidSpec)?,
             change: ImageChange::Image(image),
+            edit: EditOptions {
+                edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
+            },
             watch: format!("{}/{}", self.rules.namespace, watch.name_any()),
             dry_run: watch.spec.is_suspended(),
             push_branch: git.push_branch.map(|template| {
@@ -677,17 +741,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         None => me.own_choice()?,
     };
     let digest = me.confirmed_digest(ctx, &tag).await?;
-    let latest = LatestImage {
-        tag: tag.clone(),
-        digest: Some(digest.clone()),
-        pushed_at: me
-            .scan
-            .tags
-            .iter()
-            .find(|t| t.tag == tag)
-            .and_then(|t| t.pushed_at)
-            .map(Time),
-    };
+    let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
     let mine = me

@@ -99,6 +99,15 @@ pub async fn route(
         {
             shards.forward(&event);
         }
+        // Before the rescan: the listing that finds the tag orders it by this time.
+        if let Some(tag) = &event.tag {
+            ctx.appearances.event(
+                &event.registry.to_ascii_lowercase(),
+                &event.repository,
+                tag,
+                event.at.unwrap_or_else(jiff::Timestamp::now),
+            );
+        }
         ctx.index
             .invalidate(&event.registry.to_ascii_lowercase(), &event.repository);
         ctx.pending
@@ -133,6 +142,7 @@ mod tests {
             tag: Some("v1".into()),
             digest: None,
             source: "distribution",
+            at: None,
         }
     }
 

@@ -791,6 +791,9 @@ pub struct PeerEvent {
     /// Digest, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The registry's timestamp of the event, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<jiff::Timestamp>,
 }
 
 impl From<&RegistryEvent> for PeerEvent {
@@ -800,6 +803,7 @@ impl From<&RegistryEvent> for PeerEvent {
             repository: e.repository.clone(),
             tag: e.tag.clone(),
             digest: e.digest.clone(),
+            at: e.at,
         }
     }
 }
@@ -812,6 +816,7 @@ impl From<PeerEvent> for RegistryEvent {
             tag: e.tag,
             digest: e.digest,
             source: "peer",
+            at: e.at,
         }
     }
 }
@@ -968,6 +973,7 @@ mod tests {
             tag: Some("v1".into()),
             digest: None,
             source: "distribution",
+            at: None,
         };
         let wire = serde_json::to_string(&PeerEvents {
             events: vec![PeerEvent::from(&event)],

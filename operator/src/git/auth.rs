@@ -89,6 +89,35 @@ pub(crate) struct Connection<'a> {
     state: RefCell<CallbackState>,
 }
 
+/// Remotes already warned about, so the plain-http warning is logged once per remote and
+/// not on every fetch and push.
+static PLAIN_HTTP_WARNED: WarnedOnce = WarnedOnce::new();
+
+/// A set of keys each of which is reported once per process (bounded: after
+/// [`WarnedOnce::MAX`] keys, new ones are reported again rather than remembered).
+pub(crate) struct WarnedOnce(std::sync::Mutex<Option<std::collections::HashSet<String>>>);
+
+impl WarnedOnce {
+    const MAX: usize = 1024;
+
+    pub(crate) const fn new() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+
+    /// Whether `key` is reported for the first time.
+    pub(crate) fn first(&self, key: &str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = seen.get_or_insert_with(Default::default);
+        if seen.contains(key) {
+            return false;
+        }
+        if seen.len() < Self::MAX {
+            seen.insert(key.to_owned());
+        }
+        true
+    }
+}
+
 impl<'a> Connection<'a> {
     pub(crate) fn new(auth: &'a GitAuth, url: &'a str, remote: &'a RemoteUrl) -> Self {
         let known_hosts = match auth {
@@ -96,10 +125,14 @@ impl<'a> Connection<'a> {
             // No known_hosts configured means no SSH host is trusted.
             _ => KnownHosts::default(),
         };
-        if remote.transport == Transport::Http && matches!(auth, GitAuth::Basic { .. }) {
+        if remote.transport == Transport::Http
+            && matches!(auth, GitAuth::Basic { .. })
+            && PLAIN_HTTP_WARNED.first(url)
+        {
             tracing::warn!(
                 url,
-                "sending git credentials over plain http; use https to keep them secret"
+                "sending git credentials over plain http; use https to keep them secret \
+                 (said once per remote)"
             );
         }
         Connection {
@@ -245,6 +278,15 @@ impl<'a> Connection<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plain_http_warning_is_given_once_per_remote() {
+        let warned = WarnedOnce::new();
+        assert!(warned.first("http://git.example/a.git"));
+        assert!(!warned.first("http://git.example/a.git"));
+        assert!(warned.first("http://git.example/b.git"));
+        assert!(!warned.first("http://git.example/b.git"));
+    }
 
     #[test]
     fn debug_redacts_secrets() {

@@ -385,6 +385,7 @@ impl WatchDraft {
                 git: self.git.or_else(|| options.git.clone()),
                 target: self.target,
                 group: None,
+                edit_shared_anchor: None,
             },
         );
         watch.metadata.namespace = options.namespace.clone().or(self.namespace);

@@ -27,8 +27,8 @@
 //! becomes double-quoted, the only style change made.
 
 use super::image_ref::{ImageRef, validate_tag};
-use super::locate::{Located, ScalarStyle, find_workload_image, token_matches};
-use super::{EditError, ImageRefError, Warning, WorkloadTarget, yaml};
+use super::locate::{Located, ScalarStyle, find_in_parsed, find_workload_image, token_matches};
+use super::{EditError, EditOptions, ImageRefError, Warning, WorkloadTarget, yaml};
 
 /// How the image of the target container should change.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -103,9 +103,29 @@ pub fn plan_workload_edit<N: AsRef<str>>(
     target: &WorkloadTarget,
     change: &ImageChange,
 ) -> Result<Plan, EditError> {
+    plan_workload_edit_with(files, target, change, EditOptions::default())
+}
+
+/// [`plan_workload_edit`] with [`EditOptions`].
+pub fn plan_workload_edit_with<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &WorkloadTarget,
+    change: &ImageChange,
+    options: EditOptions,
+) -> Result<Plan, EditError> {
+    let plan = plan_workload_unchecked(files, target, change)?;
+    options.check(&plan)?;
+    Ok(plan)
+}
+
+fn plan_workload_unchecked<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &WorkloadTarget,
+    change: &ImageChange,
+) -> Result<Plan, EditError> {
     change.validate().map_err(EditError::InvalidNewImage)?;
     let search = find_workload_image(files, target)?;
-    let current = search.located;
+    let current = search.located.clone();
     let new = match change {
         ImageChange::Image(image) => image.clone(),
         ImageChange::Tag(tag) => ImageRef::parse(&current.value)
@@ -135,7 +155,14 @@ pub fn plan_workload_edit<N: AsRef<str>>(
         });
     };
     let new_contents = replace_scalar(text, &current, &new)?;
-    verify(name.as_ref(), text, &new_contents, &current, &new, target)?;
+    verify(
+        name.as_ref(),
+        search.shape,
+        &new_contents,
+        &current,
+        &new,
+        target,
+    )?;
     Ok(Plan {
         file: current.file.clone(),
         current: current.value.clone(),
@@ -309,9 +336,12 @@ fn double_quoted(value: &str) -> String {
 /// the target now reads `new`, at the same place. A failure here means a bug
 /// or an unforeseen YAML corner case; refusing is better than committing a
 /// broken manifest.
+/// Checks the edited file: it parses to the same shape (documents and nodes) as the original
+/// had when the target was found, and the target now reads `new` at the same place. One parse
+/// of the new text, so an edit costs about twice finding the target.
 fn verify(
     name: &str,
-    old_text: &str,
+    shape_before: (usize, usize),
     new_text: &str,
     located: &Located,
     new: &str,
@@ -321,17 +351,14 @@ fn verify(
         file: name.to_owned(),
         detail,
     };
-    let shape = |text: &str| yaml::parse_stream(text).map(|s| (s.documents.len(), s.nodes.len()));
-    let before =
-        shape(old_text).map_err(|e| fail(format!("the original no longer parses: {e}")))?;
-    let after =
-        shape(new_text).map_err(|e| fail(format!("the edited file does not parse: {e}")))?;
-    if before != after {
+    let stream = yaml::parse_stream(new_text)
+        .map_err(|e| fail(format!("the edited file does not parse: {e}")))?;
+    if (stream.documents.len(), stream.nodes.len()) != shape_before {
         return Err(fail(
             "the edit changed the structure of the file".to_owned(),
         ));
     }
-    let search = find_workload_image(&[(name, new_text)], target)
+    let search = find_in_parsed(&[(name, 0, new_text, &stream)], target, Vec::new())
         .map_err(|e| fail(format!("the target cannot be found again: {e}")))?;
     if search.located.value != new || search.located.span.start != located.span.start {
         return Err(fail(format!(

@@ -870,3 +870,115 @@ fn setter_refuses_an_unparsable_file_with_its_marker() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Shapes kubectl and Helm accept (go-yaml reads them) that a strict YAML 1.2
+// scanner refused.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn flow_sequence_closed_at_its_keys_column() {
+    check(
+        fixture!("flow-closed-at-key.yaml"),
+        &[],
+        &deploy("web", "app"),
+        tag("1.1.0"),
+        fixture!("flow-closed-at-key.expected.yaml"),
+    );
+    // The container after the flow collections is found too.
+    let plan = plan_workload_edit(
+        &[("input.yaml", fixture!("flow-closed-at-key.yaml"))],
+        &deploy("web", "sidecar"),
+        &tag("1.37"),
+    )
+    .unwrap();
+    let edit = plan.edit.expect("an edit");
+    assert_eq!(
+        diff(fixture!("flow-closed-at-key.yaml"), &edit.new_contents),
+        ("6", "7")
+    );
+}
+
+#[test]
+fn quoted_scalar_continued_at_its_keys_column() {
+    check(
+        fixture!("quoted-continued-at-key.yaml"),
+        &[],
+        &deploy("web", "app"),
+        tag("1.1.0"),
+        fixture!("quoted-continued-at-key.expected.yaml"),
+    );
+}
+
+#[test]
+fn kustomize_digest_on_the_last_line_without_a_final_newline() {
+    let input = fixture!("kustomize-digest-eof.yaml");
+    assert!(!input.ends_with('\n'));
+    check_target(
+        &[("kustomization.yaml", input)],
+        &kustomize("", "web"),
+        &tag("v2.1"),
+        &[(
+            "kustomization.yaml",
+            fixture!("kustomize-digest-eof.expected.yaml"),
+            "digest: sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+            "newTag: v2.1",
+        )],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Anchors: an edit never changes another place silently.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_anchor_other_containers_alias_is_refused_naming_them() {
+    let files = [("input.yaml", fixture!("anchors.yaml"))];
+    let err = plan_workload_edit(&files, &deploy("web", "app"), &tag("1.1.0")).unwrap_err();
+    let EditError::SharedAnchor { aliases, path, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(path, "spec.template.spec.containers[0].image");
+    assert_eq!(
+        aliases,
+        &[
+            "*img at spec.template.spec.containers[1].image (name \"worker\")",
+            "*img at spec.template.spec.initContainers[0].image (name \"migrate\")",
+        ]
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("worker")
+            && message.contains("migrate")
+            && message.contains("nothing was changed"),
+        "{message}"
+    );
+    // Through the entry point of every target kind, too.
+    let spec = TargetSpec::Workload {
+        path: String::new(),
+        target: deploy("web", "app"),
+    };
+    assert!(matches!(
+        plan_edit(&files, &spec, &tag("1.1.0")),
+        Err(EditError::SharedAnchor { .. })
+    ));
+    // An alias itself is not followed.
+    let err = plan_workload_edit(&files, &deploy("web", "worker"), &tag("1.1.0")).unwrap_err();
+    assert!(err.to_string().contains("alias"), "{err}");
+}
+
+#[test]
+fn an_anchor_may_be_edited_for_all_its_aliases_when_asked() {
+    let files = [("input.yaml", fixture!("anchors.yaml"))];
+    let options = EditOptions {
+        edit_shared_anchor: true,
+    };
+    let plan =
+        plan_workload_edit_with(&files, &deploy("web", "app"), &tag("1.1.0"), options).unwrap();
+    let edit = plan.edit.expect("an edit");
+    assert_eq!(edit.new_contents, fixture!("anchors.expected.yaml"));
+    assert_eq!(plan.located.map(|l| l.shared_with.len()), Some(2));
+    // An anchor nothing aliases is edited without asking.
+    let plan = plan_workload_edit(&files, &deploy("web", "proxy"), &tag("v1.31.0")).unwrap();
+    assert!(plan.edit.is_some());
+}

@@ -478,7 +478,7 @@ mod tests {
         );
         assert_eq!(
             run("# nothing yet", "web", tag("v1")).unwrap().unwrap(),
-            "# nothing yet\nimages:\n- name: web\n  newTag: v1\n"
+            "# nothing yet\nimages:\n- name: web\n  newTag: v1"
         );
         assert_eq!(
             run("images:\nresources:\n  - a.yaml\n", "web", tag("v1"))

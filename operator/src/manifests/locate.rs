@@ -35,7 +35,7 @@ use super::yaml::{self, Lookup, NodeId, NodeKind, Stream, is_null};
 use super::{
     DocLocation, EditError, NotFound, Site, Warning, WorkloadKind, WorkloadSummary, WorkloadTarget,
 };
-use saphyr_parser::ScalarStyle as RawStyle;
+use granit_parser::ScalarStyle as RawStyle;
 
 /// Quoting style of the located image token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +64,10 @@ pub struct Located {
     pub style: ScalarStyle,
     /// The decoded image string.
     pub value: String,
+    /// When the scalar defines an anchor (`&img nginx:1.0`): the places that
+    /// alias it (`*img`), which an edit of it changes too. See
+    /// [`super::EditOptions::edit_shared_anchor`].
+    pub shared_with: Vec<String>,
 }
 
 impl Located {
@@ -84,6 +88,8 @@ impl Located {
 pub struct Search {
     pub located: Located,
     pub warnings: Vec<Warning>,
+    /// (documents, nodes) of the file holding the image, for the edit's self-check.
+    pub(crate) shape: (usize, usize),
 }
 
 /// Locates the image of `target` in `files` (`(name, contents)` pairs).
@@ -92,6 +98,32 @@ pub fn find_workload_image<N: AsRef<str>>(
     files: &[(N, &str)],
     target: &WorkloadTarget,
 ) -> Result<Search, EditError> {
+    target.workload_kind().map_err(EditError::InvalidTarget)?;
+    let mut warnings = Vec::new();
+    let mut parsed = Vec::with_capacity(files.len());
+    for (file_index, (name, text)) in files.iter().enumerate() {
+        let name = name.as_ref();
+        match yaml::parse_stream(text) {
+            Ok(stream) => parsed.push((name, file_index, *text, stream)),
+            Err(error) => warnings.push(Warning {
+                file: name.to_owned(),
+                message: error.to_string(),
+            }),
+        }
+    }
+    let parsed: Vec<(&str, usize, &str, &Stream)> = parsed
+        .iter()
+        .map(|(name, index, text, stream)| (*name, *index, *text, stream))
+        .collect();
+    find_in_parsed(&parsed, target, warnings)
+}
+
+/// [`find_workload_image`] on files already parsed: `(name, index, text, stream)`.
+pub(crate) fn find_in_parsed(
+    files: &[(&str, usize, &str, &Stream)],
+    target: &WorkloadTarget,
+    warnings: Vec<Warning>,
+) -> Result<Search, EditError> {
     let query = Query {
         kind: target.workload_kind().map_err(EditError::InvalidTarget)?,
         name: &target.name,
@@ -99,25 +131,13 @@ pub fn find_workload_image<N: AsRef<str>>(
         // An empty namespace (e.g. an unset field of a resource) means none.
         namespace: target.namespace.as_deref().filter(|ns| !ns.is_empty()),
     };
-    let mut warnings = Vec::new();
     let mut candidates = Vec::new();
-    for (file_index, (name, text)) in files.iter().enumerate() {
-        let name = name.as_ref();
-        let stream = match yaml::parse_stream(text) {
-            Ok(stream) => stream,
-            Err(error) => {
-                warnings.push(Warning {
-                    file: name.to_owned(),
-                    message: error.to_string(),
-                });
-                continue;
-            }
-        };
+    for &(name, file_index, text, stream) in files {
         let file = FileCtx {
             name,
             index: file_index,
             text,
-            stream: &stream,
+            stream,
         };
         for (document, &root) in stream.documents.iter().enumerate() {
             if stream.get_str(root, "kind") == Some("List") {
@@ -133,7 +153,12 @@ pub fn find_workload_image<N: AsRef<str>>(
             }
         }
     }
-    select(candidates, &query, target, warnings)
+    let mut search = select(candidates, &query, target, warnings)?;
+    search.shape = files
+        .iter()
+        .find(|f| f.1 == search.located.file_index)
+        .map_or((0, 0), |f| (f.3.documents.len(), f.3.nodes.len()));
+    Ok(search)
 }
 
 /// The target with its kind resolved.
@@ -161,6 +186,7 @@ enum SiteEval {
         span: Range<usize>,
         style: ScalarStyle,
         value: String,
+        shared_with: Vec<String>,
     },
     Unsupported {
         path: String,
@@ -304,6 +330,7 @@ impl FileCtx<'_> {
                 span: token.span,
                 style: token.style,
                 value: token.value,
+                shared_with: token.shared_with,
             },
             Err(reason) => SiteEval::Unsupported { path, reason },
         }
@@ -317,6 +344,8 @@ pub(crate) struct ScalarToken {
     pub span: Range<usize>,
     pub style: ScalarStyle,
     pub value: String,
+    /// The aliases of the anchor this scalar defines, if any.
+    pub shared_with: Vec<String>,
 }
 
 /// Checks that node `id` of `stream` (parsed from `text`) is a string scalar
@@ -374,6 +403,7 @@ pub(crate) fn scalar_token_of(
         span,
         style,
         value: value.clone(),
+        shared_with: stream.aliases_of(id),
     })
 }
 
@@ -504,6 +534,7 @@ fn select(
             span,
             style,
             value,
+            shared_with,
         } => Ok(Search {
             located: Located {
                 file: location.file,
@@ -514,8 +545,10 @@ fn select(
                 span,
                 style,
                 value,
+                shared_with,
             },
             warnings,
+            shape: (0, 0),
         }),
         SiteEval::Unsupported { path, reason } => Err(EditError::Unsupported {
             target: Box::new(target.clone()),
@@ -708,7 +741,7 @@ spec: {template: {spec: {containers: [{name: app, image: 'x:3'}]}}}
         let t = target(WorkloadKind::Pod, "p", "a");
         for (text, needle) in [
             (
-                "x: &i app:1\n---\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, image: *i}]}\n",
+                "kind: Pod\nmetadata: {name: p, labels: {x: &i app:1}}\nspec: {containers: [{name: a, image: *i}]}\n",
                 "alias",
             ),
             (
@@ -732,7 +765,7 @@ spec: {template: {spec: {containers: [{name: app, image: 'x:3'}]}}}
                 "more than one image",
             ),
             (
-                "base: &s {containers: [{name: a, image: x}]}\n---\nkind: Pod\nmetadata: {name: p}\nspec: *s\n",
+                "kind: Pod\nmetadata: {name: p, annotations: &s {containers: [{name: a, image: x}]}}\nspec: *s\n",
                 "alias",
             ),
         ] {

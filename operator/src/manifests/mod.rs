@@ -47,13 +47,47 @@ mod golden_tests;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use edit::{ImageChange, Plan, PlannedEdit, plan_workload_edit, replace_scalar};
+pub use edit::{
+    ImageChange, Plan, PlannedEdit, plan_workload_edit, plan_workload_edit_with, replace_scalar,
+};
 pub use image_ref::{ImageRef, ImageRefError};
 pub use locate::{Located, ScalarStyle, Search, find_workload_image};
-pub use setimage::{FileChange, SetImageOutcome, SetTargetOutcome, set_image, set_target};
-pub use target::{ReadScope, TargetSpec, plan_edit};
+pub use setimage::{
+    FileChange, SetImageOutcome, SetTargetOutcome, set_image, set_image_with, set_target,
+    set_target_with,
+};
+pub use target::{ReadScope, TargetSpec, plan_edit, plan_edit_with};
 pub use workload::{WorkloadKind, WorkloadTarget, WorkloadTargetError};
 pub use yaml::YamlError;
+
+/// How far an edit may reach beyond its target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct EditOptions {
+    /// Edit a value that other places alias (`image: &img nginx:1.0` … `image: *img`),
+    /// changing every one of them. Off: such an edit is refused with
+    /// [`EditError::SharedAnchor`], naming them.
+    pub edit_shared_anchor: bool,
+}
+
+impl EditOptions {
+    /// Refuses `plan` when it would change a value other places alias, unless allowed.
+    fn check(self, plan: &Plan) -> Result<(), EditError> {
+        match &plan.located {
+            Some(located)
+                if plan.edit.is_some()
+                    && !located.shared_with.is_empty()
+                    && !self.edit_shared_anchor =>
+            {
+                Err(EditError::SharedAnchor {
+                    file: located.file.clone(),
+                    path: located.path.clone(),
+                    aliases: located.shared_with.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
 
 /// A document inside one of the searched files.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -154,6 +188,20 @@ pub enum EditError {
     Ambiguous {
         target: Box<WorkloadTarget>,
         sites: Vec<Site>,
+    },
+    /// The value to edit defines a YAML anchor that other places alias, so an
+    /// edit would change them too.
+    #[error(
+        "{path} in {file} is a YAML anchor that {} other place(s) alias: {}; editing it would \
+         change them too, so nothing was changed (edit each place on its own, or set \
+         editSharedAnchor: true / --edit-shared-anchor to change all of them)",
+        aliases.len(),
+        aliases.join("; ")
+    )]
+    SharedAnchor {
+        file: String,
+        path: String,
+        aliases: Vec<String>,
     },
     /// This kind of target cannot be edited by this version.
     #[error("{0}")]

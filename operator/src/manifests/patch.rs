@@ -102,6 +102,7 @@ impl<'a> Doc<'a> {
             span: token.span.clone(),
             style: token.style,
             value: token.value.clone(),
+            shared_with: token.shared_with.clone(),
         }
     }
 
@@ -288,6 +289,12 @@ impl Splice {
 /// Applies `splices` to `source`. Insertions at the same offset keep their
 /// order. `None` when two splices overlap or one is out of bounds (a bug in
 /// the caller, reported rather than producing a garbled file).
+///
+/// Whether the file ends with a line break is a property of the file, kept
+/// here once for every splice: a non-empty source without a final line break
+/// gives a result without one. So whole-line splices ([`insert_lines`],
+/// [`delete_lines`]) always work on lines with their break, also on the last
+/// line, and two of them next to each other there cannot overlap.
 pub(crate) fn apply(source: &str, mut splices: Vec<Splice>) -> Option<String> {
     // Stable: equal starts keep the caller's order; an insertion sorts before
     // a replacement starting at the same offset.
@@ -303,6 +310,14 @@ pub(crate) fn apply(source: &str, mut splices: Vec<Splice>) -> Option<String> {
         pos = splice.range.end;
     }
     out.push_str(source.get(pos..)?);
+    if !source.is_empty() && !source.ends_with('\n') {
+        let body = out
+            .strip_suffix('\n')
+            .map(|t| t.strip_suffix('\r').unwrap_or(t));
+        if let Some(body) = body {
+            out.truncate(body.len());
+        }
+    }
     Some(out)
 }
 
@@ -359,32 +374,22 @@ pub(crate) fn dash_column(text: &str, item_start: usize) -> Option<usize> {
 }
 
 /// Inserts `lines` (each ending with a line break) as new lines at `at`, an
-/// offset returned by [`after_line`]. On a last line without a final newline
-/// the break is moved in front, so the file still ends without one.
+/// offset returned by [`after_line`]. After a last line without a final
+/// newline a break is added in front; [`apply`] drops the one at the end, so
+/// the file still ends without one.
 pub(crate) fn insert_lines(at: (usize, bool), lines: &str, eol: &str) -> Splice {
     match at {
         (at, true) => Splice::insert(at, lines),
-        (at, false) => {
-            let body = lines.strip_suffix(eol).unwrap_or(lines);
-            Splice::insert(at, format!("{eol}{body}"))
-        }
+        (at, false) => Splice::insert(at, format!("{eol}{lines}")),
     }
 }
 
 /// Deletes the whole lines from the one holding `start` to the one holding
-/// the byte before `end`, line break included.
+/// the byte before `end`, line break included. On a last line without a
+/// final newline that is the rest of the file; [`apply`] then drops the break
+/// the line before now ends with.
 pub(crate) fn delete_lines(text: &str, start: usize, end: usize) -> Splice {
-    let from = line_start(text, start);
-    match after_line(text, end) {
-        (to, true) => Splice::delete(from..to),
-        // Last line without a final newline: take the break before it.
-        (to, false) => {
-            let from = text[..from]
-                .strip_suffix('\n')
-                .map_or(from, |t| t.strip_suffix('\r').unwrap_or(t).len());
-            Splice::delete(from..to)
-        }
-    }
+    Splice::delete(line_start(text, start)..after_line(text, end).0)
 }
 
 /// A small YAML value to insert.

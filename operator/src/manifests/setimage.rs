@@ -2,8 +2,8 @@
 //!
 //! Place in the flow: the whole pipeline on a local checkout. It reads the
 //! manifests under a directory (the "read current tag" step, from disk
-//! instead of a Git object store), plans the edit with [`plan_workload_edit`]
-//! ([`set_image`]) or [`plan_edit`] ([`set_target`], every target kind), and
+//! instead of a Git object store), plans the edit with [`plan_workload_edit_with`]
+//! ([`set_image`]) or [`plan_edit_with`] ([`set_target`], every target kind), and
 //! emits it by rewriting the file(s) atomically. Nothing is written when the
 //! image is already current, or when the target is missing or ambiguous.
 //!
@@ -24,9 +24,9 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::edit::{ImageChange, plan_workload_edit};
-use super::target::{ReadScope, TargetSpec, normalize, plan_edit};
-use super::{EditError, Warning, WorkloadTarget};
+use super::edit::{ImageChange, plan_workload_edit_with};
+use super::target::{ReadScope, TargetSpec, normalize, plan_edit_with};
+use super::{EditError, EditOptions, Warning, WorkloadTarget};
 
 /// What `set_image` did: `file` was rewritten from `old` to `new`
 /// (`changed`), or already had the image (`!changed`, `old == new`) and was
@@ -69,6 +69,16 @@ pub fn set_image(
     target: &WorkloadTarget,
     change: &ImageChange,
 ) -> Result<SetImageOutcome, EditError> {
+    set_image_with(dir, target, change, EditOptions::default())
+}
+
+/// [`set_image`] with [`EditOptions`].
+pub fn set_image_with(
+    dir: &Path,
+    target: &WorkloadTarget,
+    change: &ImageChange,
+    options: EditOptions,
+) -> Result<SetImageOutcome, EditError> {
     let mut warnings = Vec::new();
     let manifests = collect_manifests(dir, &mut warnings)?;
     let files: Vec<(&str, &str)> = manifests
@@ -76,19 +86,20 @@ pub fn set_image(
         .map(|m| (m.name.as_str(), m.contents.as_str()))
         .collect();
 
-    let mut plan = plan_workload_edit(&files, target, change).map_err(|error| match error {
-        // Files skipped while reading are as relevant as unparsable ones.
-        EditError::TargetNotFound {
-            target,
-            reason,
-            skipped,
-        } => EditError::TargetNotFound {
-            target,
-            reason,
-            skipped: warnings.iter().cloned().chain(skipped).collect(),
-        },
-        other => other,
-    })?;
+    let mut plan =
+        plan_workload_edit_with(&files, target, change, options).map_err(|error| match error {
+            // Files skipped while reading are as relevant as unparsable ones.
+            EditError::TargetNotFound {
+                target,
+                reason,
+                skipped,
+            } => EditError::TargetNotFound {
+                target,
+                reason,
+                skipped: warnings.iter().cloned().chain(skipped).collect(),
+            },
+            other => other,
+        })?;
     warnings.append(&mut plan.warnings);
 
     let Some(manifest) = plan
@@ -174,13 +185,23 @@ impl fmt::Display for SetTargetOutcome {
 /// Sets the image of `target` in the files under `root`, the directory the
 /// target's paths are relative to (the repository root, or any directory
 /// when the paths are empty). Reads what [`TargetSpec::scope`] names, plans
-/// with [`plan_edit`], and writes the planned files. Nothing is written
+/// with [`plan_edit_with`], and writes the planned files. Nothing is written
 /// unless every file was planned and verified; only an I/O error part-way
 /// through several files (setter markers) can leave some of them written.
 pub fn set_target(
     root: &Path,
     target: &TargetSpec,
     change: &ImageChange,
+) -> Result<SetTargetOutcome, EditError> {
+    set_target_with(root, target, change, EditOptions::default())
+}
+
+/// [`set_target`] with [`EditOptions`].
+pub fn set_target_with(
+    root: &Path,
+    target: &TargetSpec,
+    change: &ImageChange,
+    options: EditOptions,
 ) -> Result<SetTargetOutcome, EditError> {
     let mut warnings = Vec::new();
     let manifests = match target.scope() {
@@ -226,7 +247,7 @@ pub fn set_target(
             root.join(name).display().to_string()
         }
     };
-    let plan = plan_edit(&files, target, change).map_err(|error| match error {
+    let plan = plan_edit_with(&files, target, change, options).map_err(|error| match error {
         // Files skipped while reading are as relevant as unparsable ones.
         EditError::TargetNotFound {
             target,

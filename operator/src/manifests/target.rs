@@ -3,8 +3,8 @@
 //! tree, then calls [`plan_edit`].
 
 use super::{
-    EditError, ImageChange, Plan, WorkloadTarget, argocd, helm, kustomize, plan_workload_edit,
-    setter, yaml,
+    EditError, EditOptions, ImageChange, Plan, WorkloadTarget, argocd, helm, kustomize,
+    plan_workload_edit, plan_workload_edit_with, setter, yaml,
 };
 
 /// A place in the repository that holds one image reference.
@@ -128,11 +128,23 @@ pub fn plan_edit<N: AsRef<str>>(
     target: &TargetSpec,
     change: &ImageChange,
 ) -> Result<Plan, EditError> {
+    plan_edit_with(files, target, change, EditOptions::default())
+}
+
+/// [`plan_edit`] with [`EditOptions`]: by default an edit of a value that other places
+/// alias is refused ([`EditError::SharedAnchor`]).
+pub fn plan_edit_with<N: AsRef<str>>(
+    files: &[(N, &str)],
+    target: &TargetSpec,
+    change: &ImageChange,
+    options: EditOptions,
+) -> Result<Plan, EditError> {
     if let TargetSpec::Workload { target, .. } = target {
-        return plan_workload_edit(files, target, change);
+        return plan_workload_edit_with(files, target, change, options);
     }
     change.validate().map_err(EditError::InvalidNewImage)?;
     let plan = plan_unverified(files, target, change)?;
+    options.check(&plan)?;
     verify(files, target, change, &plan)?;
     Ok(plan)
 }

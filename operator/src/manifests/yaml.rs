@@ -1,7 +1,7 @@
 //! A minimal YAML node tree with exact source positions.
 //!
 //! Place in the flow: first step of reading the current tag from Git. The
-//! manifest text is parsed with `saphyr-parser` events into a flat arena of
+//! manifest text is parsed with `granit-parser` events into a flat arena of
 //! nodes whose scalar spans are *byte* ranges into the original text, so the
 //! edit step can later rewrite exactly one token and leave every other byte
 //! alone.
@@ -18,7 +18,7 @@
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use saphyr_parser::{Event, Parser, ScalarStyle as RawStyle, Span, Tag};
+use granit_parser::{Event, Options, Parser, ScalarStyle as RawStyle, Span, StructureStyle, Tag};
 
 /// Index of a node in [`Stream::nodes`].
 pub(crate) type NodeId = usize;
@@ -62,6 +62,9 @@ pub(crate) struct Node {
     pub span: Range<usize>,
     /// Whether a collection is written in flow style (`[a, b]`, `{k: v}`).
     pub flow: bool,
+    /// The parser's anchor id: defined on this node (`&a value`), or, for an
+    /// alias (`*a`), the one it refers to; 0 for none. Unique in a stream.
+    pub anchor: usize,
 }
 
 /// All documents of one YAML stream (one file).
@@ -70,6 +73,8 @@ pub(crate) struct Stream {
     pub nodes: Vec<Node>,
     /// Root node of each document, in order.
     pub documents: Vec<NodeId>,
+    /// Name of every anchor id (`img` for `&img`), in definition order.
+    pub anchor_names: Vec<(usize, String)>,
 }
 
 impl Stream {
@@ -130,6 +135,76 @@ impl Stream {
                 },
             }
         }
+    }
+
+    /// The name of anchor `id` (without `&`).
+    pub fn anchor_name(&self, id: usize) -> Option<&str> {
+        self.anchor_names
+            .iter()
+            .find(|(a, _)| *a == id)
+            .map(|(_, name)| name.as_str())
+    }
+
+    /// Every alias of the anchor defined on node `id`, as the YAML path of the
+    /// alias in its document (`spec.template.spec.containers[1].image`), with
+    /// the `name` of the mapping holding it when it has one. Empty when `id`
+    /// defines no anchor or nothing aliases it. Iterative, like the build.
+    pub fn aliases_of(&self, id: NodeId) -> Vec<String> {
+        let anchor = self.nodes.get(id).map_or(0, |n| n.anchor);
+        let defines = anchor != 0 && !matches!(self.nodes[id].kind, NodeKind::Alias);
+        if !defines
+            || !self
+                .nodes
+                .iter()
+                .any(|n| matches!(n.kind, NodeKind::Alias) && n.anchor == anchor)
+        {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for (document, &root) in self.documents.iter().enumerate() {
+            // (node, its path, the `name` of the mapping holding it)
+            let mut stack = vec![(root, String::new(), None::<String>)];
+            while let Some((node, path, holder)) = stack.pop() {
+                match &self.nodes[node].kind {
+                    NodeKind::Alias if self.nodes[node].anchor == anchor => {
+                        let path = if path.is_empty() {
+                            "(root)".to_owned()
+                        } else {
+                            path
+                        };
+                        let prefix = if self.documents.len() > 1 {
+                            format!("document {}: ", document + 1)
+                        } else {
+                            String::new()
+                        };
+                        let alias = self.anchor_name(anchor).unwrap_or("?");
+                        found.push(match holder {
+                            Some(name) => format!("{prefix}*{alias} at {path} (name {name:?})"),
+                            None => format!("{prefix}*{alias} at {path}"),
+                        });
+                    }
+                    NodeKind::Sequence(items) => {
+                        for (i, &item) in items.iter().enumerate().rev() {
+                            stack.push((item, format!("{path}[{i}]"), None));
+                        }
+                    }
+                    NodeKind::Mapping(entries) => {
+                        let name = self.get_str(node, "name").map(str::to_owned);
+                        for &(k, v) in entries.iter().rev() {
+                            let key = self.scalar(k).unwrap_or("?");
+                            let child = if path.is_empty() {
+                                key.to_owned()
+                            } else {
+                                format!("{path}.{key}")
+                            };
+                            stack.push((v, child, name.clone()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        found
     }
 
     /// A mapping value that is a non-null scalar, as a string.
@@ -219,21 +294,15 @@ enum Frame {
         start: usize,
         flow: bool,
         items: Vec<NodeId>,
+        anchor: usize,
     },
     Mapping {
         start: usize,
         flow: bool,
+        anchor: usize,
         entries: Vec<(NodeId, NodeId)>,
         key: Option<NodeId>,
     },
-}
-
-/// Whether a collection start event (its span covers the node properties
-/// and, for flow collections only, the opening bracket) opens a flow
-/// collection.
-fn opens_flow(text: &str, range: &Range<usize>) -> bool {
-    text.get(range.clone())
-        .is_some_and(|t| t.trim_end().ends_with(['[', '{']))
 }
 
 fn build(text: &str) -> Result<Stream, YamlError> {
@@ -241,9 +310,14 @@ fn build(text: &str) -> Result<Stream, YamlError> {
     let mut nodes: Vec<Node> = Vec::new();
     let mut documents = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
-    // The parser numbers anchors itself; an alias only needs to be recorded
-    // as such because aliases are never followed.
-    for event in Parser::new_from_str(text) {
+    // The parser numbers anchors itself (uniquely in the stream); aliases are
+    // never followed, only recorded with the id they refer to, so an edit of
+    // an anchored value can name every place that would change with it.
+    let mut anchor_names = Vec::new();
+    let mut options = Options::default();
+    options.emit_comments = false;
+    options.emit_anchor_events = true;
+    for event in Parser::new_from_str_with_options(text, options) {
         let (event, span) = event.map_err(|e| YamlError::Syntax {
             line: e.marker().line(),
             column: e.marker().col() + 1,
@@ -251,8 +325,12 @@ fn build(text: &str) -> Result<Stream, YamlError> {
         })?;
         let range = offsets.range(&span)?;
         let completed = match event {
-            Event::StreamStart | Event::StreamEnd | Event::Nothing => None,
-            Event::DocumentStart(_) | Event::DocumentEnd => {
+            Event::StreamStart | Event::StreamEnd => None,
+            Event::Anchor(id, name) => {
+                anchor_names.push((id, name.into_owned()));
+                None
+            }
+            Event::DocumentStart(..) | Event::DocumentEnd => {
                 if !stack.is_empty() {
                     return Err(YamlError::Structure(
                         "document boundary inside a collection",
@@ -271,35 +349,45 @@ fn build(text: &str) -> Result<Stream, YamlError> {
                     },
                     span: range,
                     flow: false,
+                    anchor,
                 })
             }
-            Event::Alias(_) => Some(Node {
+            Event::Alias(anchor) => Some(Node {
                 kind: NodeKind::Alias,
                 span: range,
                 flow: false,
+                anchor,
             }),
-            Event::SequenceStart(..) => {
+            Event::SequenceStart(style, anchor, _) => {
                 stack.push(Frame::Sequence {
                     start: range.start,
-                    flow: opens_flow(text, &range),
+                    anchor,
+                    flow: style == StructureStyle::Flow,
                     items: Vec::new(),
                 });
                 None
             }
-            Event::MappingStart(..) => {
+            Event::MappingStart(style, anchor, _) => {
                 stack.push(Frame::Mapping {
                     start: range.start,
-                    flow: opens_flow(text, &range),
+                    anchor,
+                    flow: style == StructureStyle::Flow,
                     entries: Vec::new(),
                     key: None,
                 });
                 None
             }
             Event::SequenceEnd => match stack.pop() {
-                Some(Frame::Sequence { start, flow, items }) => Some(Node {
+                Some(Frame::Sequence {
+                    start,
+                    flow,
+                    items,
+                    anchor,
+                }) => Some(Node {
                     kind: NodeKind::Sequence(items),
                     span: start..range.end.max(start),
                     flow,
+                    anchor,
                 }),
                 _ => return Err(YamlError::Structure("unbalanced sequence end")),
             },
@@ -309,13 +397,18 @@ fn build(text: &str) -> Result<Stream, YamlError> {
                     flow,
                     entries,
                     key: None,
+                    anchor,
                 }) => Some(Node {
                     kind: NodeKind::Mapping(entries),
                     span: start..range.end.max(start),
                     flow,
+                    anchor,
                 }),
                 _ => return Err(YamlError::Structure("unbalanced mapping end")),
             },
+            // Comments are not asked for, unresolved aliases are reported as errors by
+            // default; anything else is presentation metadata a later version may add.
+            _ => None,
         };
         let Some(node) = completed else { continue };
         let id = nodes.len();
@@ -332,11 +425,15 @@ fn build(text: &str) -> Result<Stream, YamlError> {
     if !stack.is_empty() {
         return Err(YamlError::Structure("unterminated collection"));
     }
-    Ok(Stream { nodes, documents })
+    Ok(Stream {
+        nodes,
+        documents,
+        anchor_names,
+    })
 }
 
 fn render_tag(tag: &Tag) -> String {
-    format!("{}{}", tag.handle, tag.suffix)
+    format!("{}{}", tag.handle(), tag.suffix())
 }
 
 /// The byte range of a scalar's token (quotes included, node properties

@@ -43,9 +43,10 @@
 //! With [`TagPolicy::prefer_least`] (Alphabetical and Numerical only, Flux's `order: desc`)
 //! the least candidate wins instead.
 //!
-//! Ties (equal versions such as `1.2` and `1.2.0`, equal numbers such as `7` and `007`, equal
-//! push times, equal extracted values) go to the byte-wise greatest tag, so the choice never
-//! depends on input order.
+//! Ties (equal versions such as `1.2` and `1.2.0`, versions that differ only in build metadata
+//! such as `1.2.3+9` and `1.2.3+10`, equal numbers such as `7` and `007`, equal push times,
+//! equal extracted values) go to the byte-wise greatest tag, so the choice never depends on
+//! input order.
 //!
 //! # `semver:` ranges
 //!
@@ -303,7 +304,15 @@ impl TagPolicy {
     #[must_use]
     pub fn select<'a>(&self, tags: &'a [TagInfo]) -> Option<&'a TagInfo> {
         match self.order {
-            Order::Semver => self.best_by(tags, |_, value| parse_version(value)),
+            // SemVer 2.0 (item 10): build metadata plays no part in precedence, so tags that
+            // differ only in it tie, and the tie rule decides (the `semver` crate's `Ord`
+            // would compare it).
+            Order::Semver => self.best_by(tags, |_, value| {
+                parse_version(value).map(|v| semver::Version {
+                    build: semver::BuildMetadata::EMPTY,
+                    ..v
+                })
+            }),
             Order::Numerical => self.best_by(tags, |_, value| Decimal::parse(value)),
             Order::Alphabetical => self.best_by(tags, |_, value| Some(value.to_owned())),
             Order::Newest => self.best_by(tags, |info, _| info.pushed_at),

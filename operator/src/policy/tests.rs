@@ -677,3 +677,27 @@ fn peers_choose_the_same_tag() {
     }
     assert!(rows >= 25, "only {rows} rows");
 }
+
+/// SemVer gives build metadata no precedence: `1.2.3+9` and `1.2.3+10` tie, and ties go to
+/// the byte-wise greatest tag (the `semver` crate's own `Ord` would pick `+10`).
+#[test]
+fn versions_differing_only_in_build_metadata_tie_to_the_greatest_tag() {
+    let semver = policy("", &[], Order::Semver, None);
+    assert_eq!(
+        pick(&semver, &tags(&["1.2.3+10", "1.2.3+9"])),
+        Some("1.2.3+9")
+    );
+    assert_eq!(
+        pick(&semver, &tags(&["1.2.3+9", "1.2.3+10"])),
+        Some("1.2.3+9")
+    );
+    assert_eq!(
+        pick(&semver, &tags(&["v1.2.3+build.b", "1.2.3+build.a"])),
+        Some("v1.2.3+build.b")
+    );
+    // Still below the next version, and above its prerelease.
+    assert_eq!(
+        pick(&semver, &tags(&["1.2.3+99", "1.2.4", "1.2.4-rc.1+1"])),
+        Some("1.2.4")
+    );
+}

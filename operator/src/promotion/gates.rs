@@ -85,6 +85,9 @@ pub struct ApprovalFacts {
     pub id: String,
     /// `status.candidateSummary`.
     pub summary: String,
+    /// The policy's namespace and name, for the command the message gives.
+    pub namespace: String,
+    pub name: String,
 }
 
 /// Everything the gates look at; `None` for a gate that is not configured.
@@ -304,8 +307,8 @@ pub fn evaluate(facts: &GateFacts, now: jiff::Timestamp) -> GateReport {
                 gate::APPROVAL,
                 false,
                 format!(
-                    "approve with: kubectl annotate promotionpolicy <name> imagewatch.dev/approve={} --overwrite",
-                    approval.id
+                    "approve with: kubectl annotate promotionpolicy -n {} {} imagewatch.dev/approve={} --overwrite",
+                    approval.namespace, approval.name, approval.id
                 ),
             ),
         };
@@ -380,6 +383,8 @@ mod tests {
                 annotation: Some("0123456789ab".into()),
                 id: "0123456789ab".into(),
                 summary: "my-api:v2".into(),
+                namespace: "team-a".into(),
+                name: "my-api".into(),
             }),
             pinned: false,
         }
@@ -478,7 +483,12 @@ mod tests {
             a.annotation = None;
         }
         let (_, message) = evaluate(&facts, ts(9000)).failing.unwrap();
-        assert!(message.contains("kubectl annotate"), "{message}");
+        assert!(
+            message.contains(
+                "kubectl annotate promotionpolicy -n team-a my-api imagewatch.dev/approve=0123456789ab --overwrite"
+            ),
+            "{message}"
+        );
     }
 
     #[test]

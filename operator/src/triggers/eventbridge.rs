@@ -169,6 +169,7 @@ pub fn parse_event(
         tag: tag.filter(|t| is_valid_tag(t)).map(str::to_string),
         digest: digest.filter(|d| is_valid_digest(d)).map(str::to_string),
         source: EVENT_SOURCE,
+        at: None,
     }))
 }
 
@@ -228,6 +229,7 @@ mod tests {
                 tag: Some("latest".into()),
                 digest: Some(DIGEST.into()),
                 source: "sqs",
+                at: None,
             })
         );
     }
@@ -398,6 +400,7 @@ mod tests {
                         .into()
                 ),
                 source: "sqs",
+                at: None,
             }
         );
     }

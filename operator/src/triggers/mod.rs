@@ -17,6 +17,9 @@ pub struct RegistryEvent {
     pub digest: Option<String>,
     /// Where it came from: `distribution`, `dockerhub`, `ghcr`, `harbor`, `quay`, `generic`, `sqs`.
     pub source: &'static str,
+    /// When the registry says the event happened, when the payload says (the time a new tag
+    /// is ordered by under `order: Newest`).
+    pub at: Option<jiff::Timestamp>,
 }
 pub mod eventbridge;
 pub mod sqs;

@@ -653,6 +653,7 @@ mod moto_tests {
                 tag: Some("v1.2.3".into()),
                 digest: Some(digest),
                 source: "sqs",
+                at: None,
             }
         );
         wait_empty(&queue_url).await;
@@ -695,6 +696,7 @@ mod moto_tests {
                 tag: Some("v2".into()),
                 digest: Some(digest.clone()),
                 source: "sqs",
+                at: None,
             }
         );
         assert_eq!(

@@ -218,6 +218,7 @@ impl Fixture {
                 },
             },
             change: ImageChange::Image(image(name, tag)),
+            edit: Default::default(),
             watch: format!("team/{name}"),
             dry_run: false,
             push_branch: None,

@@ -481,7 +481,7 @@ fn plan_one(
         .iter()
         .map(|(n, t)| (n.as_str(), t.as_str()))
         .collect();
-    let plan = match manifests::plan_edit(&borrowed, &req.target, &req.change) {
+    let plan = match manifests::plan_edit_with(&borrowed, &req.target, &req.change, req.edit) {
         Ok(plan) => plan,
         Err(e) => return Planned::Failed(ReconcileError::TargetNotFound(e.to_string())),
     };

@@ -48,7 +48,7 @@ pub use message::{
 use super::ReconcileError;
 use crate::{
     git::{Author, CommitSigner, GitAuth, RepoCache, SigningKeyError, WritePoint},
-    manifests::{ImageChange, TargetSpec},
+    manifests::{EditOptions, ImageChange, TargetSpec},
     telemetry::{GitReadLabels, Metrics, PushLabels},
 };
 
@@ -65,6 +65,8 @@ pub struct WriteRequest {
     pub target: TargetSpec,
     /// The image to write.
     pub change: ImageChange,
+    /// Whether the edit may change places that alias the target's value.
+    pub edit: EditOptions,
     /// `namespace/name` of the watch, for the commit message.
     pub watch: String,
     /// Read only: report what would change, write nothing.
@@ -607,6 +609,7 @@ mod tests {
                 key: "image.tag".into(),
             },
             change: ImageChange::Tag("1".into()),
+            edit: EditOptions::default(),
             watch: "ns/w".into(),
             dry_run: false,
             push_branch: push_branch.map(str::to_string),

@@ -240,6 +240,9 @@ async fn real_distribution_notifications_reach_the_sink() {
 
     let seen = wait_for_tag(&mut events, "v1", Duration::from_secs(30), &registry).await;
     let pushed = seen.last().unwrap();
+    // The real registry stamps its events; the time is within the test's run.
+    let at = pushed.at.expect("the registry's event timestamp");
+    assert!(at <= jiff::Timestamp::now(), "{at}");
     assert_eq!(
         pushed,
         &RegistryEvent {
@@ -248,6 +251,7 @@ async fn real_distribution_notifications_reach_the_sink() {
             tag: Some("v1".into()),
             digest: Some(digest.clone()),
             source: "distribution",
+            at: Some(at),
         }
     );
     // Blob uploads (config, layer) were notified too, and ignored: nothing but the manifest

@@ -183,6 +183,7 @@ fn event(
         tag,
         digest,
         source: provider.name(),
+        at: None,
     })
 }
 
@@ -210,6 +211,8 @@ struct DistributionEnvelope {
 #[serde(default)]
 struct DistributionEvent {
     action: Option<String>,
+    /// RFC 3339; an unreadable one is treated as absent (it only orders new tags).
+    timestamp: Option<String>,
     target: DistributionTarget,
     request: DistributionRequest,
 }
@@ -267,13 +270,18 @@ pub fn parse_distribution(body: &[u8], host_override: Option<&str>) -> Result<Pa
                     "manifest push without request.host or target.url; configure the registry host",
                 )
             })?;
-        parsed.push(event(
+        let mut event = event(
             provider,
             host,
             repository,
             item.target.tag.as_deref(),
             item.target.digest.as_deref(),
-        )?);
+        )?;
+        event.at = item
+            .timestamp
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        parsed.push(event);
     }
     Ok(parsed)
 }

@@ -23,6 +23,7 @@ fn ev(
         tag: tag.map(Into::into),
         digest: digest.map(Into::into),
         source,
+        at: None,
     }
 }
 
@@ -32,16 +33,16 @@ const D2: &str = "sha256:8a9e9863dbb6e10edb5adfe917c00da84e1700fa76e7ed02476aa6e
 #[test]
 fn distribution_push_keeps_manifests_and_ignores_blobs_and_pulls() {
     let parsed = parse_distribution(&fixture("distribution-push.json"), None).unwrap();
-    assert_eq!(
-        parsed.events,
-        vec![ev(
-            "distribution",
-            "127.0.0.1:5000",
-            "team/app",
-            Some("v1.2.3"),
-            Some(D1)
-        )]
+    let mut pushed = ev(
+        "distribution",
+        "127.0.0.1:5000",
+        "team/app",
+        Some("v1.2.3"),
+        Some(D1),
     );
+    // The registry's timestamp of the manifest push.
+    pushed.at = Some("2026-03-02T10:14:05.171542893Z".parse().unwrap());
+    assert_eq!(parsed.events, vec![pushed]);
     // Two blob pushes (config, layer) and one pull.
     assert_eq!(parsed.ignored, 3);
 }
@@ -53,16 +54,15 @@ fn distribution_host_override_and_tagless_push() {
         Some("Registry.Example.com"),
     )
     .unwrap();
-    assert_eq!(
-        parsed.events,
-        vec![ev(
-            "distribution",
-            "registry.example.com",
-            "team/app",
-            None,
-            Some(D1)
-        )]
+    let mut pushed = ev(
+        "distribution",
+        "registry.example.com",
+        "team/app",
+        None,
+        Some(D1),
     );
+    pushed.at = Some("2026-03-02T11:02:44.731200014Z".parse().unwrap());
+    assert_eq!(parsed.events, vec![pushed]);
     // Without override, no request.host: the target URL's authority.
     let parsed = parse_distribution(&fixture("distribution-index-by-digest.json"), None).unwrap();
     assert_eq!(parsed.events[0].registry, "10.0.0.7:5000");
