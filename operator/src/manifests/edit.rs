@@ -26,6 +26,8 @@
 //! whose new value could not stay plain (it would parse as something else)
 //! becomes double-quoted, the only style change made.
 
+use std::ops::Range;
+
 use super::image_ref::{ImageRef, validate_tag};
 use super::locate::{Located, ScalarStyle, find_in_parsed, find_workload_image, token_matches};
 use super::{EditError, EditOptions, ImageRefError, Warning, WorkloadTarget, yaml};
@@ -155,9 +157,14 @@ fn plan_workload_unchecked<N: AsRef<str>>(
         });
     };
     let new_contents = replace_scalar(text, &current, &new)?;
+    let edited_document = search
+        .document
+        .as_ref()
+        .map(|(range, nodes)| (range.clone(), *nodes, text.len()));
     verify(
         name.as_ref(),
         search.shape,
+        edited_document,
         &new_contents,
         &current,
         &new,
@@ -332,21 +339,30 @@ fn double_quoted(value: &str) -> String {
     out
 }
 
-/// Re-parses the edited file and checks that it has the same shape and that
-/// the target now reads `new`, at the same place. A failure here means a bug
-/// or an unforeseen YAML corner case; refusing is better than committing a
-/// broken manifest.
 /// Checks the edited file: it parses to the same shape (documents and nodes) as the original
-/// had when the target was found, and the target now reads `new` at the same place. One parse
-/// of the new text, so an edit costs about twice finding the target.
+/// had when the target was found, and the target now reads `new` at the same place. A failure
+/// here means a bug or an unforeseen YAML corner case; refusing is better than committing a
+/// broken manifest.
+///
+/// The edit changes bytes of one document only, so the check first re-parses just that
+/// document (`document`: its range in the original text, its node count, and the original
+/// length); only when that does not confirm the edit is the whole file parsed again, which
+/// also gives the precise error. An edit of a large multi-document file so costs little more
+/// than finding the target.
 fn verify(
     name: &str,
     shape_before: (usize, usize),
+    document: Option<(Range<usize>, usize, usize)>,
     new_text: &str,
     located: &Located,
     new: &str,
     target: &WorkloadTarget,
 ) -> Result<(), EditError> {
+    if let Some((range, nodes, old_len)) = document
+        && document_confirms_edit(name, range, nodes, old_len, new_text, located, new, target)
+    {
+        return Ok(());
+    }
     let fail = |detail: String| EditError::VerificationFailed {
         file: name.to_owned(),
         detail,
@@ -367,6 +383,40 @@ fn verify(
         )));
     }
     Ok(())
+}
+
+/// Whether the edited document alone parses to one document of `nodes` nodes in which the
+/// target reads `new` at the located place. The rest of the file is byte for byte what was
+/// parsed before.
+#[allow(clippy::too_many_arguments)]
+fn document_confirms_edit(
+    name: &str,
+    range: Range<usize>,
+    nodes: usize,
+    old_len: usize,
+    new_text: &str,
+    located: &Located,
+    new: &str,
+    target: &WorkloadTarget,
+) -> bool {
+    if located.span.start < range.start || located.span.end > range.end {
+        return false;
+    }
+    let Some(end) = (range.end + new_text.len()).checked_sub(old_len) else {
+        return false;
+    };
+    let Some(part) = new_text.get(range.start..end) else {
+        return false;
+    };
+    let Ok(stream) = yaml::parse_stream(part) else {
+        return false;
+    };
+    if stream.documents.len() != 1 || stream.nodes.len() != nodes {
+        return false;
+    }
+    find_in_parsed(&[(name, 0, part, &stream)], target, Vec::new()).is_ok_and(|search| {
+        search.located.value == new && search.located.span.start + range.start == located.span.start
+    })
 }
 
 #[cfg(test)]
@@ -405,6 +455,51 @@ mod tests {
                 ("app:1", "app:2")
             );
         }
+    }
+
+    #[test]
+    fn the_self_check_reparses_only_the_edited_document_and_refuses_a_changed_shape() {
+        let text = "kind: Pod\nmetadata: {name: a}\nspec:\n  containers:\n  - name: c\n    \
+                    image: app:1\n---\n  kind: Pod\n  metadata:\n    name: p\n  spec:\n    \
+                    containers:\n    - {name: c, image: \"app:1\"} # keep\n---\nkind: Pod\n";
+        let target = WorkloadTarget::new(WorkloadKind::Pod, "p", "c");
+        let files = [("pods.yaml", text)];
+        let search = find_workload_image(&files, &target).unwrap();
+        let (range, nodes) = search.document.clone().unwrap();
+        assert!(text[range.clone()].starts_with("  kind: Pod"), "{range:?}");
+        let new_text = replace_scalar(text, &search.located, "app:2").unwrap();
+        assert!(document_confirms_edit(
+            "pods.yaml",
+            range.clone(),
+            nodes,
+            text.len(),
+            &new_text,
+            &search.located,
+            "app:2",
+            &target,
+        ));
+        // A document that gained a node is not confirmed (the whole file is checked then).
+        let grown = new_text.replacen("name: p\n", "name: p\n    extra: x\n", 1);
+        assert!(!document_confirms_edit(
+            "pods.yaml",
+            range,
+            nodes,
+            text.len(),
+            &grown,
+            &search.located,
+            "app:2",
+            &target,
+        ));
+        let planned = plan_workload_edit(&files, &target, &ImageChange::Tag("2".into()))
+            .unwrap()
+            .edit
+            .unwrap();
+        assert_eq!(
+            planned.new_contents,
+            new_text.replace("\"app:2\"", "\"app:2\"")
+        );
+        assert!(planned.new_contents.contains("image: \"app:2\"} # keep"));
+        assert!(planned.new_contents.contains("image: app:1\n"));
     }
 
     #[test]

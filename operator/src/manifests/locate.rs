@@ -90,6 +90,9 @@ pub struct Search {
     pub warnings: Vec<Warning>,
     /// (documents, nodes) of the file holding the image, for the edit's self-check.
     pub(crate) shape: (usize, usize),
+    /// The text of the document holding the image (from the start of its first line to the
+    /// end of its last token) and its node count, so the self-check can re-parse just it.
+    pub(crate) document: Option<(Range<usize>, usize)>,
 }
 
 /// Locates the image of `target` in `files` (`(name, contents)` pairs).
@@ -154,10 +157,22 @@ pub(crate) fn find_in_parsed(
         }
     }
     let mut search = select(candidates, &query, target, warnings)?;
-    search.shape = files
-        .iter()
-        .find(|f| f.1 == search.located.file_index)
-        .map_or((0, 0), |f| (f.3.documents.len(), f.3.nodes.len()));
+    let file = files.iter().find(|f| f.1 == search.located.file_index);
+    search.shape = file.map_or((0, 0), |f| (f.3.documents.len(), f.3.nodes.len()));
+    search.document = file.and_then(|&(_, _, text, stream)| {
+        let d = search.located.document;
+        let root = *stream.documents.get(d)?;
+        // Nodes are stored as they complete, so a document's root is its last node.
+        let first = match d {
+            0 => 0,
+            _ => *stream.documents.get(d - 1)? + 1,
+        };
+        let start = text[..stream.node(root).span.start]
+            .rfind('\n')
+            .map_or(0, |i| i + 1);
+        let end = stream.end_of(text, root);
+        (start <= end).then_some((start..end, root + 1 - first))
+    });
     Ok(search)
 }
 
@@ -549,6 +564,7 @@ fn select(
             },
             warnings,
             shape: (0, 0),
+            document: None,
         }),
         SiteEval::Unsupported { path, reason } => Err(EditError::Unsupported {
             target: Box::new(target.clone()),
