@@ -3,12 +3,22 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+/// CEL rule of a Secret name: a DNS subdomain (RFC 1123), as Kubernetes names Secrets.
+pub const SECRET_NAME_RULE: &str =
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
+
+/// CEL rule of a Git URL: `https://`, `http://` or `ssh://` with a host that does not start
+/// with `-` or `/`, or scp-like `user@host:path`; no whitespace anywhere.
+pub const GIT_URL_RULE: &str = "self.matches('^(https|http|ssh)://([^@/\\\\s]+@)?[A-Za-z0-9\\\\[][^/\\\\s]*/[^\\\\s]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9][A-Za-z0-9.-]*:[^\\\\s]+$')";
+
 /// A Secret in the same namespace as the object that names it. Cross-namespace references are
 /// not allowed: a team can only use credentials it can already read.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
-    /// Name of the Secret, in the same namespace as this object.
+    /// Name of the Secret, in the same namespace as this object: a DNS subdomain name
+    /// (lower-case letters, digits, `-` and `.`), never a path or `namespace/name`.
+    #[x_kube(validation = kube::core::Rule::new(SECRET_NAME_RULE).message("secretRef.name must be the name of a Secret in this namespace: a DNS subdomain name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit); paths and other namespaces' Secrets are refused"))]
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
@@ -17,9 +27,11 @@ pub struct SecretRef {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
-    /// Repository URL: `https://…` (token or basic auth) or `ssh://git@host/…` / `git@host:…`
-    /// (SSH key with known_hosts). `file://` URLs are accepted for local testing.
-    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://') || self.startsWith('ssh://') || self.startsWith('file://') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:.+$')").message("url must be https://, http://, ssh://, file:// or user@host:path"))]
+    /// Repository URL: `https://…` (token or basic auth; `http://` sends them in the clear)
+    /// or `ssh://git@host/…` / `git@host:…` (SSH key with known_hosts). `file://`, local
+    /// paths and other transports (`ext::`, `git://`, …) are refused: they would read the
+    /// operator's own disk or run commands.
+    #[x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, http://host/…, ssh://[user@]host/… or user@host:path; file://, local paths and other transports (ext::, git://, …) are refused"))]
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
     /// Branch to commit to. Defaults to `main`.

@@ -47,4 +47,9 @@ pub mod reason {
     /// Pattern image: the registry does not list its repositories to these credentials
     /// (no `/v2/_catalog`, or `DescribeRepositories` is not allowed).
     pub const CATALOG_UNAVAILABLE: &str = "CatalogUnavailable";
+    /// The object asks for something its namespace is not allowed: a Git URL, path or
+    /// registry outside the admin's allow-list (or its Argo CD AppProject), the operator's
+    /// cloud identity, or an Argo CD Application that does not deploy to its namespace. The
+    /// message names the rule; nothing was read or written.
+    pub const NOT_ALLOWED: &str = "NotAllowed";
 }
