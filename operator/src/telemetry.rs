@@ -133,6 +133,15 @@ pub struct CredentialLabels {
     pub outcome: String,
 }
 
+/// Labels of an object refused by the allow-list.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotAllowedLabels {
+    /// `ImageWatch` or `PromotionPolicy`.
+    pub kind: String,
+    /// What refused: `namespace`, `git_url`, `path`, `registry`, `aws`, `argocd_project`.
+    pub check: String,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -170,6 +179,8 @@ pub struct Metrics {
     pub peer_forwards: Family<OutcomeLabels, Counter>,
     /// Items waiting in internal queues.
     pub queue_depth: Family<QueueLabels, Gauge>,
+    /// Objects refused by the allow-list, by kind and check.
+    pub not_allowed: Family<NotAllowedLabels, Counter>,
     ready: AtomicBool,
 }
 
@@ -268,6 +279,12 @@ impl Metrics {
             "Registry events forwarded to peer replicas, by outcome",
             peer_forwards.clone(),
         );
+        let not_allowed = Family::<NotAllowedLabels, Counter>::default();
+        registry.register(
+            "not_allowed",
+            "Objects refused by the allow-list (Ready=False NotAllowed), by kind and check",
+            not_allowed.clone(),
+        );
         let queue_depth = Family::<QueueLabels, Gauge>::default();
         registry.register(
             "queue_depth",
@@ -293,6 +310,7 @@ impl Metrics {
             shard_transitions,
             peer_forwards,
             queue_depth,
+            not_allowed,
             ready: AtomicBool::new(false),
         }
     }

@@ -56,7 +56,7 @@ use kube::{
     },
     core::{DeserializeGuard, Selector},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt as _,
         controller::Action,
         events::{Event, EventType},
         reflector::ObjectRef,
@@ -105,8 +105,8 @@ pub struct PromotionOptions {
     pub author: Author,
     /// Rounds of a rejected push (mode Commit) before giving up for this reconcile.
     pub push_attempts: u32,
-    /// Only this namespace (`None`: all).
-    pub namespace: Option<String>,
+    /// Only these namespaces (empty: all).
+    pub namespaces: Vec<String>,
     /// Policy reconciles running at once.
     pub concurrency: u16,
     /// After a policy's deletion, how long closing its pull request is retried before the
@@ -124,7 +124,7 @@ impl PromotionOptions {
                 email: args.git_author_email.clone(),
             },
             push_attempts: args.push_attempts,
-            namespace: args.namespace.clone(),
+            namespaces: args.watched_namespaces(),
             concurrency: args.max_concurrent_reconciles.max(1),
             close_timeout: args.pull_request_close_timeout,
         }
@@ -167,37 +167,38 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         failures: Mutex::default(),
         close_timeout: options.close_timeout,
     });
-    let (policies, watches): (
-        Api<DeserializeGuard<PromotionPolicy>>,
-        Api<DeserializeGuard<ImageWatch>>,
-    ) = match &options.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
+    let (reader, writer) = kube::runtime::reflector::store();
+    let policies = kube::runtime::reflector(
+        writer,
+        super::namespaces::watch::<DeserializeGuard<PromotionPolicy>>(
+            client.clone(),
+            &options.namespaces,
+            watcher::Config::default().any_semantic(),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
-        );
+    )
+    .applied_objects();
+    let watches = super::namespaces::watch::<DeserializeGuard<ImageWatch>>(
+        client.clone(),
+        &options.namespaces,
+        watcher::Config::default().any_semantic(),
+    )
+    .applied_objects();
+    let controller = Controller::for_stream(policies, reader).with_config(
+        kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
+    );
     let store = controller.store();
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
     controller
-        .watches(
-            watches,
-            watcher::Config::default().any_semantic(),
-            move |watch: DeserializeGuard<ImageWatch>| {
-                let namespace = watch.meta().namespace.clone();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|p| p.meta().namespace == namespace)
-                    .map(|p| ObjectRef::from_obj(p.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(watches, move |watch: DeserializeGuard<ImageWatch>| {
+            let namespace = watch.meta().namespace.clone();
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.meta().namespace == namespace)
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(reconcile, error_policy, shared)
         .for_each(|result| {
@@ -225,6 +226,9 @@ pub enum PromotionError {
     /// `to.path` (or a place in it) cannot be found or edited.
     #[error("{0}")]
     TargetNotFound(String),
+    /// The policy's namespace may not use what it names; nothing was read or written.
+    #[error("{0}")]
+    NotAllowed(String),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] GitError),
@@ -245,6 +249,7 @@ impl From<ReconcileError> for PromotionError {
             ReconcileError::InvalidSpec(m) => Self::InvalidSpec(m),
             ReconcileError::CredentialsNotFound(m) => Self::CredentialsNotFound(m),
             ReconcileError::TargetNotFound(m) => Self::TargetNotFound(m),
+            ReconcileError::NotAllowed(m) => Self::NotAllowed(m),
             ReconcileError::Git(g) => Self::Git(g),
             ReconcileError::Kube(k) => Self::Kube(k),
             other => Self::Internal(other.to_string()),
@@ -260,6 +265,7 @@ impl PromotionError {
             Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
             Self::SourceNotReady(_) => reason::SOURCE_NOT_READY,
             Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
+            Self::NotAllowed(_) => common_reason::NOT_ALLOWED,
             Self::Git(_) => common_reason::GIT_ERROR,
             Self::Forge(_) => reason::FORGE_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
@@ -273,6 +279,7 @@ impl PromotionError {
             Self::CredentialsNotFound(_) => "credentials",
             Self::SourceNotReady(_) => "source_not_ready",
             Self::TargetNotFound(_) => "target_not_found",
+            Self::NotAllowed(_) => "not_allowed",
             Self::Git(_) => "git",
             Self::Forge(_) => "forge",
             Self::Kube(_) => "kube",
@@ -284,7 +291,10 @@ impl PromotionError {
     fn is_stalled(&self) -> bool {
         matches!(
             self,
-            Self::InvalidSpec(_) | Self::SourceNotReady(_) | Self::TargetNotFound(_)
+            Self::InvalidSpec(_)
+                | Self::SourceNotReady(_)
+                | Self::TargetNotFound(_)
+                | Self::NotAllowed(_)
         )
     }
 }
@@ -967,6 +977,29 @@ async fn resolve_location(
     let namespace = policy.namespace().unwrap_or_default();
     let spec = &policy.spec;
     let (url, secret, repo_branch) = target_repository(policy, watches, shared).await?;
+    crate::git::check_tenant_url(&url).map_err(PromotionError::InvalidSpec)?;
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: Some((url.as_str(), vec![spec.to.path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &shared.ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    let ctx = &shared.ctx;
+    ctx.allowance
+        .check(
+            &ctx.client,
+            &ctx.metrics,
+            "PromotionPolicy",
+            ask,
+            Some(project),
+        )
+        .await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(&shared.ctx, &namespace, &name).await?,
         None => GitAuth::Anonymous,

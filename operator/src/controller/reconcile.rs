@@ -459,6 +459,7 @@ impl Prepared<'_> {
 
 /// Steps 1–4, for one repository or for every member of a pattern.
 async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled, ReconcileError> {
+    check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
@@ -897,10 +898,77 @@ async fn shard_key(watch: &ImageWatch, ctx: &Context) -> String {
     }
 }
 
+/// Step 1 (validate), tenancy: the allow-list must let the watch's namespace read its image
+/// (for a pattern, everything its literal prefix covers) and use the operator's AWS identity
+/// when it does. Checked before anything is read.
+async fn check_registry_allowed(watch: &ImageWatch, ctx: &Context) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let image = watch.spec.image.split('*').next().unwrap_or_default();
+    let registry = image.split('/').next().unwrap_or_default();
+    let credentials = watch.spec.credentials.clone().unwrap_or_default();
+    let (aws, _) = credential_choice(&credentials, &namespace, registry);
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: None,
+        images: vec![image],
+        aws,
+    };
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "ImageWatch", ask, None)
+        .await
+}
+
+/// The path a target writes, under `base` (pure); a pattern's `$n` and what follows are cut.
+fn target_path(target: &imagewatch_crd::Target, base: &str) -> String {
+    let path = [
+        target.workload.as_ref().map(|w| w.path.as_str()),
+        target.kustomize.as_ref().map(|k| k.path.as_str()),
+        target.helm.as_ref().map(|h| h.file.as_str()),
+        target.argocd_source.as_ref().map(|a| a.path.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .unwrap_or_default();
+    let literal = path.split('$').next().unwrap_or_default();
+    join_path(base, literal)
+}
+
+/// Step 1 (validate), tenancy: the allow-list (or the managing Application's AppProject)
+/// must let the watch's namespace write `url` at its target's path. Checked before the git
+/// Secret is read and before Git is.
+async fn check_git_allowed(
+    watch: &ImageWatch,
+    ctx: &Context,
+    url: &str,
+    base_path: &str,
+) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let path = target_path(&watch.spec.target, base_path);
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: Some((url, vec![path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: watch.annotations(),
+        labels: watch.labels(),
+    };
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "ImageWatch", ask, Some(project))
+        .await
+}
+
 /// `spec.git`, or the Argo CD Application managing the watch.
 async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, ReconcileError> {
     let namespace = watch.namespace().unwrap_or_default();
     if let Some(git) = &watch.spec.git {
+        crate::git::check_tenant_url(&git.url)
+            .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
+        check_git_allowed(watch, ctx, &git.url, "").await?;
         let auth = match &git.secret_ref {
             Some(secret) => secrets::git_credentials(ctx, &namespace, &secret.name).await?,
             None => crate::git::GitAuth::Anonymous,
@@ -922,6 +990,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
         watch.labels(),
     )
     .await?;
+    check_git_allowed(watch, ctx, &source.repo_url, &source.path).await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(ctx, &namespace, &name).await?,
         None => crate::git::GitAuth::Anonymous,
