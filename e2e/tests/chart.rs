@@ -405,8 +405,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
             if writes_something {
                 // The one Secret write: the namespaced Role creating the peer token (HA).
                 let peer_token = role["kind"] == "Role" && resources == ["secrets"];
-                // (A ClusterRole, or with watchNamespaces a Role per namespace.)
-                let finalizer = resources == ["promotionpolicies"]
+                let finalizer = role["kind"] == "ClusterRole"
+                    && resources == ["promotionpolicies"]
                     && rule["verbs"] == serde_json::json!(["patch"]);
                 assert!(
                     peer_token

@@ -33,7 +33,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* The namespaces to watch, as a JSON list: watchNamespaces plus watchNamespace (empty: all
-  namespaces, with a ClusterRole). */}}
+  namespaces). */}}
 {{- define "imagewatch.watchNamespaces" -}}
 {{- $all := list -}}
 {{- range .Values.watchNamespaces -}}
