@@ -464,3 +464,124 @@ spec:
     );
     Ok(())
 }
+
+/// Argo CD's AppProject, as far as the operator reads it.
+const APPPROJECT_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: appprojects.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: AppProject, plural: appprojects, singular: appproject}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test]
+async fn the_argocd_project_mode_takes_git_allowances_from_the_app_project() -> anyhow::Result<()> {
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true"],
+    )
+    .await?;
+    t.apply(APPPROJECT_CRD)?;
+    t.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/appprojects.argoproj.io",
+    ])?;
+    let a = t.a.name.clone();
+    let argocd = t.argocd.name.clone();
+    let registry = t.ground.registry()?;
+    let git = t.ground.git()?;
+    let image_repo = format!("e2e/project-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let suffix = random_suffix();
+    let allowed = git.new_repo(&format!("proj-allowed-{suffix}"), seed(&image, "a")?.path())?;
+    let other = git.new_repo(&format!("proj-other-{suffix}"), seed(&image, "a")?.path())?;
+    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {account}-allow, namespace: {op}}}
+data:
+  allow.yaml: |
+    gitFrom: ArgocdProject
+    rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {{name: team-a, namespace: {argocd}}}
+spec:
+  sourceRepos: ["{base}/proj-allowed-*"]
+  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-app, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{allowed}", targetRevision: HEAD, path: ""}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+"#,
+        account = t.account,
+        op = t.op.name,
+        base = git.base_url,
+    ))?;
+    let watch = |name: &str, url: &str, managed: bool| {
+        let annotations = if managed {
+            format!(
+                "\n  annotations: {{argocd.argoproj.io/tracking-id: \"a-app:imagewatch.dev/ImageWatch:{a}/{name}\"}}"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: {name}
+  namespace: {a}{annotations}
+spec:
+  image: {image}
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target: {{workload: {{path: apps/b, kind: Deployment, name: api, container: api}}}}
+"#
+        )
+    };
+    t.apply(&watch("in-project", &allowed, true))?;
+    t.apply(&watch("outside-project", &other, true))?;
+    t.apply(&watch("unmanaged", &allowed, false))?;
+    t.wait_reason(&a, "in-project", "UpToDate").await?;
+    let w = t.wait_reason(&a, "outside-project", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains("sourceRepos") && message.contains("AppProject team-a"),
+        "{message}"
+    );
+    let w = t.wait_reason(&a, "unmanaged", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains("no Argo CD Application manages"),
+        "{message}"
+    );
+    let metrics = t.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"argocd_project\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+    Ok(())
+}
