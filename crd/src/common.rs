@@ -57,3 +57,57 @@ impl GitSource {
         self.branch.as_deref().unwrap_or("main")
     }
 }
+
+/// Signatures an image must carry before its tag is written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// cosign signatures: the classic `sha256-<digest>.sig` tag or a Sigstore bundle stored
+    /// through the OCI referrers fallback tag `sha256-<digest>`.
+    pub cosign: CosignVerify,
+}
+
+/// Which cosign signatures are trusted. Exactly one field is set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new("has(self.secretRef) != has(self.keyless)").message("exactly one of verify.cosign.secretRef and verify.cosign.keyless must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct CosignVerify {
+    /// A Secret in this namespace whose data values hold PEM ECDSA P-256 public keys
+    /// (`cosign.pub`, one or more `PUBLIC KEY` blocks per value). A signature by any of them
+    /// is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+    /// Keyless signatures (Fulcio certificates, Rekor): not supported yet; an object naming
+    /// it reports `InvalidSpec` and writes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyless: Option<KeylessVerify>,
+}
+
+/// The identity a keyless signature's certificate must name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeylessVerify {
+    /// OIDC issuer of the signer's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub issuer: Option<String>,
+    /// Subject (identity) of the signer's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub subject: Option<String>,
+}
+
+/// A newer tag that was not written because its signature does not verify.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedTag {
+    /// The tag.
+    pub tag: String,
+    /// Its manifest digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `SignatureMissing` or `SignatureInvalid`.
+    pub reason: String,
+    /// Why.
+    pub message: String,
+}

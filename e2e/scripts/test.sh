@@ -15,6 +15,7 @@ e2e_only=0
 t0=$SECONDS
 "$SCRIPTS_DIR/deps.sh"
 "$SCRIPTS_DIR/helm.sh" build
+"$SCRIPTS_DIR/cosign.sh" build
 cd "$REPO"
 if ((!e2e_only)); then
   log "cargo fmt --check and clippy"

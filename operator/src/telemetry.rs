@@ -142,6 +142,15 @@ pub struct NotAllowedLabels {
     pub check: String,
 }
 
+/// Labels of a signature check (`spec.verify`, the signature gate).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignatureLabels {
+    /// `ImageWatch` or `PromotionPolicy`.
+    pub kind: String,
+    /// `verified`, `missing`, `invalid` or `error` (the registry could not be read).
+    pub outcome: String,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -181,6 +190,8 @@ pub struct Metrics {
     pub queue_depth: Family<QueueLabels, Gauge>,
     /// Objects refused by the allow-list, by kind and check.
     pub not_allowed: Family<NotAllowedLabels, Counter>,
+    /// Image signature checks by kind and outcome.
+    pub signature_checks: Family<SignatureLabels, Counter>,
     ready: AtomicBool,
 }
 
@@ -285,6 +296,12 @@ impl Metrics {
             "Objects refused by the allow-list (Ready=False NotAllowed), by kind and check",
             not_allowed.clone(),
         );
+        let signature_checks = Family::<SignatureLabels, Counter>::default();
+        registry.register(
+            "signature_checks",
+            "Image signature checks (spec.verify, signature gates), by kind and outcome",
+            signature_checks.clone(),
+        );
         let queue_depth = Family::<QueueLabels, Gauge>::default();
         registry.register(
             "queue_depth",
@@ -311,6 +328,7 @@ impl Metrics {
             peer_forwards,
             queue_depth,
             not_allowed,
+            signature_checks,
             ready: AtomicBool::new(false),
         }
     }

@@ -34,6 +34,9 @@ pub enum ReconcileError {
     /// or written.
     #[error("{0}")]
     NotAllowed(String),
+    /// `spec.verify`: no candidate tag's signature verifies; the newest one and why.
+    #[error("{}", .0.message())]
+    Signature(Box<crate::signature::Refused>),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),
@@ -58,6 +61,7 @@ impl ReconcileError {
             Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
             Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
             Self::NotAllowed(_) => reason::NOT_ALLOWED,
+            Self::Signature(refused) => refused.reason(),
             Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
@@ -76,6 +80,7 @@ impl ReconcileError {
             Self::WaitingForGroup(_) => "waiting_for_group",
             Self::CatalogUnavailable(_) => "catalog_unavailable",
             Self::NotAllowed(_) => "not_allowed",
+            Self::Signature(_) => "signature",
             Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
             Self::Git(_) => "git",
             Self::Kube(_) => "kube",

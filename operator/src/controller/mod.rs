@@ -116,6 +116,8 @@ pub struct Context {
     pub argocd_sources: argocd::ResolveCache,
     /// The admin's allow-list (`--allow-list-configmap`).
     pub allowance: Arc<allowance::Allowance>,
+    /// Signature verdicts that verified, by image digest, keys and registry credentials.
+    pub signatures: crate::signature::fetch::VerdictCache,
     /// (credentials, registry) whose watched repositories were announced to the registry
     /// client.
     announced: std::sync::Mutex<std::collections::HashSet<(index::CredentialKey, String)>>,
@@ -163,6 +165,7 @@ impl Context {
             secrets: secrets::secret_cache(),
             argocd_sources: argocd::resolve_cache(),
             allowance: Arc::default(),
+            signatures: Default::default(),
             announced: std::sync::Mutex::default(),
         }
     }

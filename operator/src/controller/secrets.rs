@@ -140,6 +140,35 @@ pub async fn registry_credentials(
     }
 }
 
+/// The cosign public keys in the Secret `namespace/name`: every data value is PEM with one or
+/// more `PUBLIC KEY` blocks.
+pub async fn cosign_keys(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<crate::signature::TrustedKey>, ReconcileError> {
+    let data = read_secret(ctx, namespace, name, "cosign").await?;
+    let mut keys = Vec::new();
+    for (key, value) in data.iter() {
+        let text = String::from_utf8(value.0.clone()).map_err(|_| {
+            ReconcileError::CredentialsNotFound(format!(
+                "cosign Secret {namespace}/{name}: key {key} is not PEM text"
+            ))
+        })?;
+        keys.extend(crate::signature::parse_keys(&text).map_err(|e| {
+            ReconcileError::CredentialsNotFound(format!(
+                "cosign Secret {namespace}/{name}: key {key}: {e}"
+            ))
+        })?);
+    }
+    if keys.is_empty() {
+        return Err(ReconcileError::CredentialsNotFound(format!(
+            "cosign Secret {namespace}/{name} holds no public key"
+        )));
+    }
+    Ok(keys)
+}
+
 /// What a git Secret holds.
 #[derive(Debug, Clone)]
 pub enum GitSecret {
