@@ -8,12 +8,13 @@ use std::{
     process::Command,
 };
 
-use imagewatch_crd::ImageWatch;
+use imagewatch_crd::{ImageWatch, PromotionPolicy, conditions};
 use imagewatch_e2e::{
     ground::{Registry, random_suffix, repo_root},
     setup::{Scenario, TIMEOUT, create_secret, ready},
     wait_until,
 };
+use kube::Api;
 
 /// cosign with a private home: its own Docker config for the ground's registry, its own
 /// `TUF_ROOT`, and a closed proxy port so it cannot reach the internet.
@@ -247,4 +248,124 @@ async fn only_signed_tags_are_written_classic_signatures() -> anyhow::Result<()>
 #[tokio::test]
 async fn only_signed_tags_are_written_sigstore_bundles() -> anyhow::Result<()> {
     signed_tags_only(false).await
+}
+
+fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_gate(
+    s: &Scenario,
+    api: &Api<PromotionPolicy>,
+    type_: &str,
+    reason: &str,
+) -> anyhow::Result<PromotionPolicy> {
+    wait_until(&format!("{type_} reason {reason}"), TIMEOUT, || async {
+        let p = api.get("my-api").await?;
+        Ok(condition(&p, type_)
+            .is_some_and(|c| c.1 == reason)
+            .then_some(p))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))
+}
+
+/// The PromotionPolicy gate `signature` checks each promoted image in the target registry:
+/// unsigned → `SignatureMissing`, a stranger's key → `SignatureInvalid`, nothing committed;
+/// signed by the trusted key → committed.
+#[tokio::test]
+async fn the_signature_gate_promotes_only_signed_images() -> anyhow::Result<()> {
+    let s = Scenario::start("sig-gate", &[]).await?;
+    let registry = s.ground.registry()?;
+    let git = s.ground.git()?;
+    let ns = s.ns.name.clone();
+    let cosign = Cosign::new(&registry, false)?;
+    let trusted = cosign.key_pair("trusted")?;
+    cosign.key_pair("stranger")?;
+    create_secret(
+        &s.admin,
+        &ns,
+        "cosign-keys",
+        "Opaque",
+        &[("cosign.pub", &trusted)],
+    )
+    .await?;
+
+    let sfx = random_suffix();
+    let stg = format!("{}/stg-{sfx}", registry.host);
+    let prd_repo = format!("prd-{sfx}/my-api");
+    let prd = format!("{}/prd-{sfx}", registry.host);
+    let digest = registry.push(&prd_repo, "v2.0.0")?;
+
+    let dir = tempfile::tempdir()?;
+    for (overlay, image) in [
+        ("staging", format!("{stg}/my-api:v2.0.0")),
+        ("production", format!("{prd}/my-api:v1.0.0")),
+    ] {
+        let path = dir.path().join("overlays").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                "resources:\n- ../../base\nimages:\n- name: my-api\n  newName: {}\n  newTag: {}\n",
+                image.rsplit_once(':').map(|(n, _)| n).unwrap_or_default(),
+                image.rsplit_once(':').map(|(_, t)| t).unwrap_or_default()
+            ),
+        )?;
+    }
+    let repo = format!("sig-gate-{ns}");
+    let url = git.new_repo(&repo, dir.path())?;
+    let commits = git.commit_count(&repo, "main")?;
+
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+    imageRewrite: [{{from: "{stg}/", to: "{prd}/"}}]
+    registrySecretRef: {{name: regcred}}
+  gates:
+    signature: {{cosign: {{secretRef: {{name: cosign-keys}}}}}}
+  mode: Commit
+  interval: 10s
+"#
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &ns);
+    let p = wait_gate(&s, &policies, conditions::GATES_PASSING, "SignatureMissing").await?;
+    let message = condition(&p, conditions::GATES_PASSING)
+        .map(|c| c.2)
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("{prd}/my-api:v2.0.0")),
+        "{message}"
+    );
+    assert_eq!(git.commit_count(&repo, "main")?, commits);
+
+    cosign.sign("stranger", &format!("{prd}/my-api"), &digest)?;
+    wait_gate(&s, &policies, conditions::GATES_PASSING, "SignatureInvalid").await?;
+    assert_eq!(git.commit_count(&repo, "main")?, commits);
+
+    cosign.sign("trusted", &format!("{prd}/my-api"), &digest)?;
+    wait_gate(&s, &policies, conditions::READY, "Committed").await?;
+    assert_eq!(git.commit_count(&repo, "main")?, commits + 1);
+    let production = git.show(&repo, "main", "overlays/production/kustomization.yaml")?;
+    assert!(production.contains("v2.0.0"), "{production}");
+    let metrics = s.operator.metrics().await?;
+    assert!(
+        metrics.contains(
+            "imagewatch_signature_checks_total{kind=\"PromotionPolicy\",outcome=\"verified\"}"
+        ),
+        "{metrics}"
+    );
+    Ok(())
 }

@@ -78,8 +78,8 @@ use crate::{
         self, Candidate, CandidateError, CandidateInput, GateFacts, GateReport, Inventory,
         SourceState,
         gates::{
-            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SoakFacts,
-            application_state,
+            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SignatureCheck,
+            SignatureFact, SoakFacts, application_state,
         },
         render::{self, TextContext},
     },
@@ -1353,6 +1353,9 @@ async fn reconcile_policy(
     if gates_spec.image_exists.unwrap_or(false) {
         facts.image_exists = Some(check_images(policy, &candidate, shared).await?);
     }
+    if let Some(verify) = &gates_spec.signature {
+        facts.signature = Some(check_signatures(policy, &candidate, verify, shared).await?);
+    }
     if let Some(soak) = gates_spec.soak.as_deref() {
         facts.soak = Some(SoakFacts {
             required: parse_duration(soak).unwrap_or_default(),
@@ -1545,6 +1548,104 @@ async fn check_images(
             expected_digest: image.digest.clone(),
             check,
         });
+    }
+    Ok(facts)
+}
+
+/// `signature`: every changed reference's image, in its target registry, must carry a cosign
+/// signature by a key of `verify` (see `crate::signature`).
+async fn check_signatures(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    verify: &imagewatch_crd::Verify,
+    shared: &Shared,
+) -> Result<Vec<SignatureFact>, PromotionError> {
+    let ctx = &shared.ctx;
+    let namespace = policy.namespace().unwrap_or_default();
+    let keys =
+        super::reconcile::signature_keys(ctx, &namespace, &verify.cosign, "spec.gates.signature")
+            .await?;
+    let secret = policy.spec.to.registry_secret_ref.as_ref();
+    let cache_key = format!(
+        "{}|{}",
+        crate::signature::keys_fingerprint(&keys),
+        secret.map_or_else(
+            || "anonymous".to_string(),
+            |s| format!("secret:{namespace}/{}", s.name)
+        )
+    );
+    let mut creds_by_host: HashMap<String, Credentials> = HashMap::new();
+    let mut facts = Vec::new();
+    for image in candidate.changes() {
+        let reference = format!("{}:{}", image.repository, image.tag);
+        let repo = match RepositoryRef::parse(&image.repository) {
+            Ok(r) => r,
+            Err(e) => {
+                facts.push(SignatureFact {
+                    reference,
+                    check: SignatureCheck::Error(e.to_string()),
+                });
+                continue;
+            }
+        };
+        if is_ecr_host(&repo.registry).is_some() && secret.is_none() {
+            facts.push(SignatureFact {
+                reference,
+                check: SignatureCheck::Error(
+                    "ECR through the operator's AWS identity cannot be checked for signatures \
+                     yet; set spec.to.registrySecretRef"
+                        .into(),
+                ),
+            });
+            continue;
+        }
+        let creds = match (secret, creds_by_host.get(&repo.registry)) {
+            (_, Some(c)) => c.clone(),
+            (Some(secret), None) => {
+                let c =
+                    secrets::registry_credentials(ctx, &namespace, &secret.name, &repo.registry)
+                        .await?;
+                creds_by_host.insert(repo.registry.clone(), c.clone());
+                c
+            }
+            (None, None) => Credentials::Anonymous,
+        };
+        let digest = match &image.digest {
+            Some(d) => Ok(Some(d.clone())),
+            None => {
+                ctx.registry
+                    .manifest_digest(&repo, &image.tag, &creds)
+                    .await
+            }
+        };
+        let check = match digest {
+            Ok(None) => SignatureCheck::Error("not in the registry".into()),
+            Err(e) => SignatureCheck::Error(e.to_string()),
+            Ok(Some(digest)) => {
+                let verdict = crate::signature::fetch::check(
+                    &ctx.registry,
+                    &ctx.signatures,
+                    &cache_key,
+                    &repo,
+                    &digest,
+                    &creds,
+                    &keys,
+                )
+                .await;
+                super::reconcile::count_signature_check(
+                    ctx,
+                    "PromotionPolicy",
+                    verdict.as_ref().map_or("error", |v| v.outcome()),
+                );
+                match verdict {
+                    Ok(crate::signature::Verdict::Verified { .. }) => SignatureCheck::Verified,
+                    Ok(crate::signature::Verdict::Missing) => SignatureCheck::Missing,
+                    Ok(crate::signature::Verdict::Invalid(why)) => SignatureCheck::Invalid(why),
+                    Err(e) => SignatureCheck::Error(e.to_string()),
+                }
+            }
+        };
+        facts.push(SignatureFact { reference, check });
     }
     Ok(facts)
 }
