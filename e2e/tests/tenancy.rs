@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use imagewatch_crd::ImageWatch;
+use imagewatch_crd::{ImageWatch, PromotionPolicy};
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace,
     ground::random_suffix,
@@ -582,6 +582,157 @@ spec:
             "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"argocd_project\"}"
         ) >= 2.0,
         "{metrics}"
+    );
+    Ok(())
+}
+
+/// With `gitFrom: ArgocdProject`, a PromotionPolicy's target path is admitted only when every
+/// Argo CD Application deploying it goes to a destination of the AppProject of the
+/// Application managing the policy.
+#[tokio::test]
+async fn the_argocd_project_mode_checks_a_promotion_target_against_its_destinations()
+-> anyhow::Result<()> {
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true", "allowList.gitFrom=ArgocdProject"],
+    )
+    .await?;
+    t.apply(APPPROJECT_CRD)?;
+    t.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/appprojects.argoproj.io",
+    ])?;
+    anyhow::ensure!(
+        t.can_i(&["list", "applications.argoproj.io", "-n", &t.argocd.name])?,
+        "the chart grants list on Applications in Argo CD's namespace for gitFrom: ArgocdProject"
+    );
+    let (a, b, argocd) = (t.a.name.clone(), t.b.name.clone(), t.argocd.name.clone());
+    let git = t.ground.git()?;
+    let dir = tempfile::tempdir()?;
+    for (overlay, tag) in [
+        ("staging", "v2.0.0"),
+        ("production", "v1.0.0"),
+        ("team-b", "v1.0.0"),
+    ] {
+        let path = dir.path().join("overlays").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
+            ),
+        )?;
+    }
+    let name = format!("dest-allowed-{}", random_suffix());
+    let url = git.new_repo(&name, dir.path())?;
+    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {account}-allow, namespace: {op}}}
+data:
+  allow.yaml: |
+    gitFrom: ArgocdProject
+    rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {{name: team-a, namespace: {argocd}}}
+spec:
+  sourceRepos: ["{base}/dest-allowed-*"]
+  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-meta, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: meta}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-prd, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/production}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: b-prd, namespace: {argocd}}}
+spec:
+  project: team-b
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/team-b}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
+"#,
+        account = t.account,
+        op = t.op.name,
+        base = git.base_url,
+    ))?;
+    let policy = |name: &str, to: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata:
+  name: {name}
+  namespace: {a}
+  annotations: {{argocd.argoproj.io/tracking-id: "a-meta:imagewatch.dev/PromotionPolicy:{a}/{name}"}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: {to}
+  mode: Commit
+  interval: 10s
+"#
+        )
+    };
+    t.apply(&policy("to-own", "overlays/production"))?;
+    t.apply(&policy("to-other", "overlays/team-b"))?;
+    let api: Api<PromotionPolicy> = Api::namespaced(t.ground.admin().await?, &a);
+    let wait = |name: &'static str, reason: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_until(
+                &format!("{name} Ready reason {reason}"),
+                TIMEOUT,
+                || async {
+                    let p = api.get(name).await?;
+                    let c = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                        .cloned();
+                    Ok(c.filter(|c| c.reason == reason))
+                },
+            )
+            .await
+        }
+    };
+    wait("to-own", "Committed")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    let refused = wait("to-other", "NotAllowed")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        refused
+            .message
+            .contains("destinations of Argo CD AppProject team-a"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        git.show(&name, "main", "overlays/team-b/kustomization.yaml")?
+            .contains("newTag: v1.0.0"),
+        "team-b's overlay untouched"
+    );
+    assert!(
+        git.show(&name, "main", "overlays/production/kustomization.yaml")?
+            .contains("newTag: v2.0.0")
     );
     Ok(())
 }

@@ -276,6 +276,82 @@ pub fn project_allows(project: &serde_json::Value, url: &str) -> bool {
             .any(|p| glob(p, url))
 }
 
+/// Whether an AppProject's `destinations` admit an Application's `spec.destination`: an entry
+/// whose `namespace` glob matches and whose `server` (or `name`) glob matches; entries
+/// starting with `!` deny.
+pub fn project_allows_destination(
+    project: &serde_json::Value,
+    destination: &serde_json::Value,
+) -> bool {
+    let field = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(|x| x.as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let (server, name, namespace) = (
+        field(destination, "server"),
+        field(destination, "name"),
+        field(destination, "namespace"),
+    );
+    let entries: Vec<&serde_json::Value> = project
+        .pointer("/spec/destinations")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .collect();
+    let matches = |entry: &serde_json::Value, negated: bool| {
+        let strip = |text: String| match text.strip_prefix('!') {
+            Some(rest) if negated => Some(rest.to_string()),
+            None if !negated => Some(text),
+            _ => None,
+        };
+        let (Some(ns), e_server, e_name) = (
+            strip(field(entry, "namespace")),
+            field(entry, "server"),
+            field(entry, "name"),
+        ) else {
+            return false;
+        };
+        let e_server = e_server.trim_start_matches('!').to_string();
+        let e_name = e_name.trim_start_matches('!').to_string();
+        glob(&ns, &namespace)
+            && ((!e_server.is_empty() && glob(&e_server, &server))
+                || (!e_name.is_empty() && glob(&e_name, &name)))
+    };
+    !entries.iter().any(|e| matches(e, true)) && entries.iter().any(|e| matches(e, false))
+}
+
+/// Whether an Application deploys from `url` at a path that `path` overlaps (one holds the
+/// other, by whole segments): writing under `path` changes what it deploys.
+pub fn application_deploys_path(app: &serde_json::Value, url: &str, path: &str) -> bool {
+    let normal = |u: &str| {
+        u.trim_end_matches('/')
+            .trim_end_matches(".git")
+            .to_ascii_lowercase()
+    };
+    let segments = |p: &str| -> Vec<String> {
+        p.split('/')
+            .filter(|s| !s.is_empty() && *s != ".")
+            .map(str::to_string)
+            .collect()
+    };
+    let target = segments(path);
+    let spec = app.get("spec");
+    let sources = spec.and_then(|s| s.get("source")).into_iter().chain(
+        spec.and_then(|s| s.get("sources"))
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten(),
+    );
+    sources.into_iter().any(|source| {
+        let repo = source.get("repoURL").and_then(|v| v.as_str()).unwrap_or("");
+        let app_path = segments(source.get("path").and_then(|v| v.as_str()).unwrap_or(""));
+        let n = app_path.len().min(target.len());
+        normal(repo) == normal(url) && app_path[..n] == target[..n]
+    })
+}
+
 /// `*` matches any run of characters (including `/`, as in Argo CD's sourceRepos), `?` one.
 fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
@@ -302,6 +378,61 @@ fn glob(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_path_is_allowed_where_the_project_may_deploy_its_applications() {
+        let project = serde_json::json!({"spec": {"destinations": [
+            {"server": "https://kubernetes.default.svc", "namespace": "team-a-*"},
+            {"name": "in-cluster", "namespace": "team-a"},
+            {"server": "*", "namespace": "!team-a-secret"},
+        ]}});
+        let dest = |server: &str, name: &str, ns: &str| serde_json::json!({"server": server, "name": name, "namespace": ns});
+        let k8s = "https://kubernetes.default.svc";
+        assert!(project_allows_destination(
+            &project,
+            &dest(k8s, "", "team-a-prd")
+        ));
+        assert!(project_allows_destination(
+            &project,
+            &dest("", "in-cluster", "team-a")
+        ));
+        assert!(!project_allows_destination(
+            &project,
+            &dest(k8s, "", "team-b")
+        ));
+        assert!(!project_allows_destination(
+            &project,
+            &dest(k8s, "", "team-a-secret")
+        ));
+        assert!(!project_allows_destination(
+            &serde_json::json!({"spec": {}}),
+            &dest(k8s, "", "team-a")
+        ));
+
+        let app = serde_json::json!({"spec": {"source": {
+            "repoURL": "https://git.example.com/org/manifests.git", "path": "overlays/production"
+        }}});
+        let url = "https://git.example.com/org/manifests";
+        assert!(application_deploys_path(&app, url, "overlays/production"));
+        assert!(application_deploys_path(
+            &app,
+            url,
+            "overlays/production/extra"
+        ));
+        assert!(application_deploys_path(&app, url, "overlays"));
+        assert!(!application_deploys_path(&app, url, "overlays/prod"));
+        assert!(!application_deploys_path(
+            &app,
+            "https://git.example.com/org/other",
+            "overlays"
+        ));
+        let multi = serde_json::json!({"spec": {"sources": [
+            {"repoURL": "https://charts.example.com", "chart": "x"},
+            {"repoURL": url, "path": "apps/b"},
+        ]}});
+        assert!(application_deploys_path(&multi, url, "apps/b"));
+        assert!(!application_deploys_path(&multi, url, "apps/a"));
+    }
 
     const LIST: &str = r#"
 rules:

@@ -162,6 +162,28 @@ impl Allowance {
         Ok(())
     }
 
+    /// With `gitFrom: ArgocdProject`: a PromotionPolicy's target (`url` at `path`) must be
+    /// deployed only to destinations of the AppProject of the Application managing the
+    /// policy (see [`check_destinations`]). Nothing to check otherwise.
+    pub async fn check_target(
+        &self,
+        client: &Client,
+        metrics: &Metrics,
+        project: ProjectOf<'_>,
+        url: &str,
+        path: &str,
+    ) -> Result<(), ReconcileError> {
+        let State::Loaded(list) = self.state() else {
+            return Ok(());
+        };
+        if list.git_from != GitFrom::ArgocdProject {
+            return Ok(());
+        }
+        check_destinations(client, &project, url, path)
+            .await
+            .map_err(|m| refuse(metrics, "PromotionPolicy", Check::Project, m))
+    }
+
     async fn namespace_labels(
         &self,
         client: &Client,
@@ -212,8 +234,12 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
     )
 }
 
-/// The managing Application's AppProject must allow `url` in its `sourceRepos`.
-async fn check_project(client: &Client, of: &ProjectOf<'_>, url: &str) -> Result<(), String> {
+/// The AppProject (name, object) of the Application that manages the object, and that
+/// Application as `namespace/name`.
+async fn managing_project(
+    client: &Client,
+    of: &ProjectOf<'_>,
+) -> Result<(String, serde_json::Value, String), String> {
     let key = super::argocd::managing_application(of.annotations, of.labels).ok_or_else(|| {
         "the allow-list takes Git allowances from Argo CD AppProjects, and no Argo CD Application manages this object (no tracking annotation or app.kubernetes.io/instance label)".to_string()
     })?;
@@ -259,14 +285,67 @@ async fn check_project(client: &Client, of: &ProjectOf<'_>, url: &str) -> Result
                 key.name
             )
         })?;
-    if super::allow::project_allows(&project.data, url) {
+    Ok((project_name, project.data, format!("{app_ns}/{}", key.name)))
+}
+
+/// The managing Application's AppProject must allow `url` in its `sourceRepos`.
+async fn check_project(client: &Client, of: &ProjectOf<'_>, url: &str) -> Result<(), String> {
+    let (project_name, project, app) = managing_project(client, of).await?;
+    if super::allow::project_allows(&project, url) {
         Ok(())
     } else {
         Err(format!(
-            "Git repository {url} is not in the sourceRepos of Argo CD AppProject {project_name} (of Application {app_ns}/{})",
-            key.name
+            "Git repository {url} is not in the sourceRepos of Argo CD AppProject {project_name} (of Application {app})"
         ))
     }
+}
+
+/// Every Application in Argo CD's namespace deploying what `url` holds at `path` must deploy
+/// to a destination of the managing Application's AppProject, and at least one must exist.
+async fn check_destinations(
+    client: &Client,
+    of: &ProjectOf<'_>,
+    url: &str,
+    path: &str,
+) -> Result<(), String> {
+    let (project_name, project, app) = managing_project(client, of).await?;
+    let apps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        of.argocd_namespace,
+        &resource("Application", "applications"),
+    );
+    let listed = apps
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot list Argo CD Applications in {}: {e}",
+                of.argocd_namespace
+            )
+        })?;
+    let deploying: Vec<&DynamicObject> = listed
+        .items
+        .iter()
+        .filter(|a| super::allow::application_deploys_path(&a.data, url, path))
+        .collect();
+    if deploying.is_empty() {
+        return Err(format!(
+            "no Argo CD Application deploys {path} of {url}, so the destinations of AppProject {project_name} (of Application {app}) cannot admit it as a target"
+        ));
+    }
+    for target in deploying {
+        let destination = target
+            .data
+            .pointer("/spec/destination")
+            .cloned()
+            .unwrap_or_default();
+        if !super::allow::project_allows_destination(&project, &destination) {
+            return Err(format!(
+                "{path} of {url} is deployed by an Application whose destination is not in the destinations of Argo CD AppProject {project_name} (of Application {app})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Keeps `allowance` current with ConfigMap `name` in `namespace`; calls `changed` after each

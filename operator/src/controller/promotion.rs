@@ -1000,6 +1000,15 @@ async fn resolve_location(
             Some(project),
         )
         .await?;
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &shared.ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    ctx.allowance
+        .check_target(&ctx.client, &ctx.metrics, project, &url, &spec.to.path)
+        .await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(&shared.ctx, &namespace, &name).await?,
         None => GitAuth::Anonymous,
