@@ -3,12 +3,22 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+/// CEL rule of a Secret name: a DNS subdomain (RFC 1123), as Kubernetes names Secrets.
+pub const SECRET_NAME_RULE: &str =
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
+
+/// CEL rule of a Git URL: `https://`, `http://` or `ssh://` with a host that does not start
+/// with `-` or `/`, or scp-like `user@host:path`; no whitespace anywhere.
+pub const GIT_URL_RULE: &str = "self.matches('^(https|http|ssh)://([^@/\\\\s]+@)?[A-Za-z0-9\\\\[][^/\\\\s]*/[^\\\\s]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9][A-Za-z0-9.-]*:[^\\\\s]+$')";
+
 /// A Secret in the same namespace as the object that names it. Cross-namespace references are
 /// not allowed: a team can only use credentials it can already read.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
-    /// Name of the Secret, in the same namespace as this object.
+    /// Name of the Secret, in the same namespace as this object: a DNS subdomain name
+    /// (lower-case letters, digits, `-` and `.`), never a path or `namespace/name`.
+    #[x_kube(validation = kube::core::Rule::new(SECRET_NAME_RULE).message("secretRef.name must be the name of a Secret in this namespace: a DNS subdomain name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit); paths and other namespaces' Secrets are refused"))]
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
@@ -17,9 +27,11 @@ pub struct SecretRef {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
-    /// Repository URL: `https://…` (token or basic auth) or `ssh://git@host/…` / `git@host:…`
-    /// (SSH key with known_hosts). `file://` URLs are accepted for local testing.
-    #[x_kube(validation = kube::core::Rule::new("self.startsWith('https://') || self.startsWith('http://') || self.startsWith('ssh://') || self.startsWith('file://') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:.+$')").message("url must be https://, http://, ssh://, file:// or user@host:path"))]
+    /// Repository URL: `https://…` (token or basic auth; `http://` sends them in the clear)
+    /// or `ssh://git@host/…` / `git@host:…` (SSH key with known_hosts). `file://`, local
+    /// paths and other transports (`ext::`, `git://`, …) are refused: they would read the
+    /// operator's own disk or run commands.
+    #[x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, http://host/…, ssh://[user@]host/… or user@host:path; file://, local paths and other transports (ext::, git://, …) are refused"))]
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
     /// Branch to commit to. Defaults to `main`.
@@ -44,4 +56,58 @@ impl GitSource {
     pub fn branch(&self) -> &str {
         self.branch.as_deref().unwrap_or("main")
     }
+}
+
+/// Signatures an image must carry before its tag is written.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verify {
+    /// cosign signatures: the classic `sha256-<digest>.sig` tag or a Sigstore bundle stored
+    /// through the OCI referrers fallback tag `sha256-<digest>`.
+    pub cosign: CosignVerify,
+}
+
+/// Which cosign signatures are trusted. Exactly one field is set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = kube::core::Rule::new("has(self.secretRef) != has(self.keyless)").message("exactly one of verify.cosign.secretRef and verify.cosign.keyless must be set"))]
+#[serde(rename_all = "camelCase")]
+pub struct CosignVerify {
+    /// A Secret in this namespace whose data values hold PEM ECDSA P-256 public keys
+    /// (`cosign.pub`, one or more `PUBLIC KEY` blocks per value). A signature by any of them
+    /// is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+    /// Keyless signatures (Fulcio certificates, Rekor): not supported yet; an object naming
+    /// it reports `InvalidSpec` and writes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyless: Option<KeylessVerify>,
+}
+
+/// The identity a keyless signature's certificate must name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeylessVerify {
+    /// OIDC issuer of the signer's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub issuer: Option<String>,
+    /// Subject (identity) of the signer's certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub subject: Option<String>,
+}
+
+/// A newer tag that was not written because its signature does not verify.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedTag {
+    /// The tag.
+    pub tag: String,
+    /// Its manifest digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `SignatureMissing` or `SignatureInvalid`.
+    pub reason: String,
+    /// Why.
+    pub message: String,
 }

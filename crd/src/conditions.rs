@@ -47,4 +47,15 @@ pub mod reason {
     /// Pattern image: the registry does not list its repositories to these credentials
     /// (no `/v2/_catalog`, or `DescribeRepositories` is not allowed).
     pub const CATALOG_UNAVAILABLE: &str = "CatalogUnavailable";
+    /// The object asks for something its namespace is not allowed: a Git URL, path or
+    /// registry outside the admin's allow-list (or its Argo CD AppProject), the operator's
+    /// cloud identity, or an Argo CD Application that does not deploy to its namespace. The
+    /// message names the rule; nothing was read or written.
+    pub const NOT_ALLOWED: &str = "NotAllowed";
+    /// `spec.verify` (or a signature gate): the newest candidate tag has no cosign signature.
+    /// The message names the tag; the watch stays on (or moves to) the newest verified tag.
+    pub const SIGNATURE_MISSING: &str = "SignatureMissing";
+    /// `spec.verify` (or a signature gate): the newest candidate tag's cosign signature does
+    /// not verify with the configured keys, or signs another image. The message says why.
+    pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
 }

@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{GitSource, SecretRef};
+use crate::common::{GitSource, RefusedTag, SecretRef, Verify};
 
 /// Follow new tags of one container image and write the chosen tag into one place in a Git
 /// repository of manifests.
@@ -129,6 +129,13 @@ pub struct ImageWatchSpec {
 
     /// The one place in Git that holds this image's tag.
     pub target: Target,
+
+    /// Write only tags whose image carries a cosign signature by one of these keys, e.g.
+    /// `{cosign: {secretRef: {name: cosign-keys}}}`. A newer tag without one is refused
+    /// (`status.refused`, `SignatureMissing` / `SignatureInvalid`) and the watch stays on, or
+    /// moves to, the newest verified tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<Verify>,
 
     /// Watches sharing a group commit together, and only when every member has a tag and they
     /// agree on it (a multi-image release).
@@ -346,6 +353,10 @@ pub struct ImageWatchStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 200))]
     pub members: Vec<MemberStatus>,
+    /// With `spec.verify`: the newest tag refused because its signature does not verify
+    /// (newer than the tag chosen, or the only candidate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<RefusedTag>,
     /// `Ready` summarises the watch; its reason says what happened. For a pattern image it is
     /// `True` only when every member is up to date, else `MembersNotReady` names the first
     /// members that are not.

@@ -13,7 +13,7 @@ pub mod conditions;
 pub mod imagewatch;
 pub mod promotion;
 
-pub use common::{GitSource, SecretRef};
+pub use common::{CosignVerify, GitSource, KeylessVerify, RefusedTag, SecretRef, Verify};
 pub use imagewatch::{
     AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatch, ImageWatchSpec,
     ImageWatchStatus, KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider,

@@ -8,7 +8,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{GitSource, SecretRef};
+use crate::common::{GitSource, SecretRef, Verify};
 
 /// Proposes what a source stage runs to a target stage, with image references rewritten,
 /// a release's tags aligned, and gates checked first.
@@ -206,6 +206,12 @@ pub struct Gates {
     /// annotate the object (RBAC `patch` on promotionpolicies); the operator only reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<bool>,
+    /// Every promoted reference (after rewrite) must carry, in the target registry, a cosign
+    /// signature by one of these keys, e.g. `{cosign: {secretRef: {name: cosign-keys}}}`:
+    /// the classic `sha256-<digest>.sig` tag or a Sigstore bundle referrer. Failing reasons
+    /// `SignatureMissing` / `SignatureInvalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Verify>,
 }
 
 /// An Argo CD Application.
@@ -380,6 +386,8 @@ pub mod gate {
     pub const APPLICATION: &str = "application";
     /// A person approved this candidate.
     pub const APPROVAL: &str = "approval";
+    /// Every promoted image carries a cosign signature by a trusted key.
+    pub const SIGNATURE: &str = "signature";
 }
 
 /// Reasons of PromotionPolicy conditions (besides the shared ones in

@@ -84,9 +84,20 @@ pub struct RunArgs {
         default_value = "imagewatch@noreply.imagewatch.dev"
     )]
     pub git_author_email: String,
-    /// Only watch objects in this namespace (default: all namespaces).
-    #[arg(long, env = "IMAGEWATCH_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// Only watch objects in these namespaces, comma-separated (default: all namespaces).
+    /// With a list, nothing is read at cluster scope (the chart's `watchNamespaces` grants a
+    /// Role per namespace).
+    #[arg(
+        long = "namespace",
+        env = "IMAGEWATCH_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// ConfigMap (in the operator's namespace) whose `allow.yaml` says which Git
+    /// repositories, paths, registries and cloud identity each namespace may use; re-read when
+    /// it changes. Unset: everything is allowed. Set but missing or invalid: nothing is.
+    #[arg(long, env = "IMAGEWATCH_ALLOW_LIST_CONFIGMAP")]
+    pub allow_list_configmap: Option<String>,
     /// Log format.
     #[arg(long, env = "IMAGEWATCH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -202,6 +213,19 @@ pub struct RunArgs {
     /// Timeout of one registry request, e.g. 30s.
     #[arg(long, env = "IMAGEWATCH_REGISTRY_TIMEOUT", default_value = "30s", value_parser = parse_duration_arg)]
     pub registry_timeout: Duration,
+}
+
+impl RunArgs {
+    /// The namespaces to watch, without blanks or repeats (empty: all namespaces).
+    pub fn watched_namespaces(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for ns in self.namespaces.iter().map(|n| n.trim()) {
+            if !ns.is_empty() && !out.iter().any(|o| o == ns) {
+                out.push(ns.to_string());
+            }
+        }
+        out
+    }
 }
 
 #[derive(Args, Debug)]

@@ -13,5 +13,6 @@ pub mod manifests;
 pub mod policy;
 pub mod promotion;
 pub mod registry;
+pub mod signature;
 pub mod telemetry;
 pub mod triggers;

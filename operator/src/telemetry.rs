@@ -149,6 +149,24 @@ pub struct CredentialLabels {
     pub outcome: String,
 }
 
+/// Labels of an object refused by the allow-list.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotAllowedLabels {
+    /// `ImageWatch` or `PromotionPolicy`.
+    pub kind: String,
+    /// What refused: `namespace`, `git_url`, `path`, `registry`, `aws`, `argocd_project`.
+    pub check: String,
+}
+
+/// Labels of a signature check (`spec.verify`, the signature gate).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignatureLabels {
+    /// `ImageWatch` or `PromotionPolicy`.
+    pub kind: String,
+    /// `verified`, `missing`, `invalid` or `error` (the registry could not be read).
+    pub outcome: String,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -196,6 +214,10 @@ pub struct Metrics {
     pub peer_forwards: Family<OutcomeLabels, Counter>,
     /// Items waiting in internal queues.
     pub queue_depth: Family<QueueLabels, Gauge>,
+    /// Objects refused by the allow-list, by kind and check.
+    pub not_allowed: Family<NotAllowedLabels, Counter>,
+    /// Image signature checks by kind and outcome.
+    pub signature_checks: Family<SignatureLabels, Counter>,
     ready: AtomicBool,
 }
 
@@ -325,6 +347,18 @@ impl Metrics {
             "Registry events forwarded to peer replicas, by outcome",
             peer_forwards.clone(),
         );
+        let not_allowed = Family::<NotAllowedLabels, Counter>::default();
+        registry.register(
+            "not_allowed",
+            "Objects refused by the allow-list (Ready=False NotAllowed), by kind and check",
+            not_allowed.clone(),
+        );
+        let signature_checks = Family::<SignatureLabels, Counter>::default();
+        registry.register(
+            "signature_checks",
+            "Image signature checks (spec.verify, signature gates), by kind and outcome",
+            signature_checks.clone(),
+        );
         let queue_depth = Family::<QueueLabels, Gauge>::default();
         registry.register(
             "queue_depth",
@@ -390,6 +424,8 @@ impl Metrics {
             shard_transitions,
             peer_forwards,
             queue_depth,
+            not_allowed,
+            signature_checks,
             ready: AtomicBool::new(false),
         }
     }

@@ -31,3 +31,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- dict "registries" .Values.registries | toYaml -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The namespaces to watch, as a JSON list: watchNamespaces plus watchNamespace (empty: all
+  namespaces). */}}
+{{- define "imagewatch.watchNamespaces" -}}
+{{- $all := list -}}
+{{- range .Values.watchNamespaces -}}
+{{- $all = append $all . -}}
+{{- end -}}
+{{- with .Values.watchNamespace -}}
+{{- $all = append $all . -}}
+{{- end -}}
+{{- $all | uniq | toJson -}}
+{{- end -}}

@@ -110,6 +110,29 @@ pub fn application_source(app: &serde_json::Value) -> Result<ApplicationSource, 
     })
 }
 
+/// Whether the Application `app` (living in `app_namespace`) may be the source of an object
+/// in `namespace` (pure): it lives in that namespace (Applications in any namespace), or it
+/// deploys to it (`spec.destination.namespace`). Anyone can write a tracking annotation or an
+/// instance label, so naming another tenant's Application must not lend its repository.
+pub fn deploys_to(app_namespace: &str, app: &serde_json::Value, namespace: &str) -> bool {
+    let destination = app
+        .pointer("/spec/destination/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    app_namespace == namespace || destination == namespace
+}
+
+/// The refusal of an Application that does not exist or does not deploy to `namespace`:
+/// the same words either way, so a tenant learns nothing about other tenants' Applications.
+fn not_deploying_here(app_ns: &str, name: &str, namespace: &str) -> ReconcileError {
+    ReconcileError::NotAllowed(format!(
+        "the Argo CD Application {app_ns}/{name} named by this object's tracking annotation or \
+         app.kubernetes.io/instance label does not exist or does not deploy to namespace \
+         {namespace}; only an Application whose spec.destination.namespace is {namespace} \
+         (or that lives in {namespace}) can supply spec.git"
+    ))
+}
+
 /// Picks the credentials Secret with the longest `url-prefix` matching `url` (pure).
 pub fn best_credentials<'a>(secrets: &'a [Secret], url: &str) -> Option<&'a Secret> {
     secrets
@@ -151,13 +174,8 @@ pub async fn resolve(
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &app_ns, &application_resource());
     let app = match api.get_opt(&key.name).await {
-        Ok(Some(app)) => app,
-        Ok(None) => {
-            return Err(ReconcileError::TargetNotFound(format!(
-                "Argo CD Application {app_ns}/{} (which manages this object) not found",
-                key.name
-            )));
-        }
+        Ok(Some(app)) if deploys_to(&app_ns, &app.data, namespace) => app,
+        Ok(_) => return Err(not_deploying_here(&app_ns, &key.name, namespace)),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             return Err(ReconcileError::TargetNotFound(
                 "spec.git is not set and the Argo CD Application API is not installed".to_string(),
@@ -167,6 +185,12 @@ pub async fn resolve(
     };
     let source = application_source(&app.data).map_err(|e| {
         ReconcileError::InvalidSpec(format!("Argo CD Application {app_ns}/{}: {e}", key.name))
+    })?;
+    crate::git::check_tenant_url(&source.repo_url).map_err(|e| {
+        ReconcileError::InvalidSpec(format!(
+            "Argo CD Application {app_ns}/{} spec.source.repoURL: {e}",
+            key.name
+        ))
     })?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let labelled = secrets
@@ -280,6 +304,26 @@ mod tests {
         let multi = serde_json::json!({"spec": {"sources": [{"repoURL": "https://g/m.git", "targetRevision": "release"}]}});
         assert_eq!(application_source(&multi).unwrap().branch, "release");
         assert!(application_source(&serde_json::json!({"spec": {}})).is_err());
+    }
+
+    #[test]
+    fn only_an_application_deploying_to_the_namespace_lends_its_source() {
+        let app = |dest: &str| serde_json::json!({"spec": {"destination": {"namespace": dest}}});
+        assert!(deploys_to("argocd", &app("team-a"), "team-a"));
+        assert!(!deploys_to("argocd", &app("team-b"), "team-a"));
+        assert!(!deploys_to(
+            "argocd",
+            &serde_json::json!({"spec": {}}),
+            "team-a"
+        ));
+        // Applications in any namespace: an Application of team-a's own namespace.
+        assert!(deploys_to("team-a", &app("elsewhere"), "team-a"));
+        assert!(!deploys_to("team-b", &app("team-b"), "team-a"));
+        let refused = not_deploying_here("argocd", "b-app", "team-a").to_string();
+        assert!(
+            refused.contains("does not exist or does not deploy"),
+            "{refused}"
+        );
     }
 
     #[test]

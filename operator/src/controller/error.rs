@@ -30,6 +30,13 @@ pub enum ReconcileError {
     /// A pattern image's registry does not list its repositories to us.
     #[error("{0}")]
     CatalogUnavailable(String),
+    /// The object's namespace may not use what it names (see `allow.rs`); nothing was read
+    /// or written.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// `spec.verify`: no candidate tag's signature verifies; the newest one and why.
+    #[error("{}", .0.message())]
+    Signature(Box<crate::signature::Refused>),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),
@@ -53,6 +60,8 @@ impl ReconcileError {
             Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
             Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
             Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
+            Self::NotAllowed(_) => reason::NOT_ALLOWED,
+            Self::Signature(refused) => refused.reason(),
             Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
@@ -70,6 +79,8 @@ impl ReconcileError {
             Self::TargetNotFound(_) => "target_not_found",
             Self::WaitingForGroup(_) => "waiting_for_group",
             Self::CatalogUnavailable(_) => "catalog_unavailable",
+            Self::NotAllowed(_) => "not_allowed",
+            Self::Signature(_) => "signature",
             Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
             Self::Git(_) => "git",
             Self::Kube(_) => "kube",
@@ -83,7 +94,10 @@ impl ReconcileError {
     pub fn is_stalled(&self) -> bool {
         matches!(
             self,
-            Self::InvalidSpec(_) | Self::TargetNotFound(_) | Self::CatalogUnavailable(_)
+            Self::InvalidSpec(_)
+                | Self::TargetNotFound(_)
+                | Self::CatalogUnavailable(_)
+                | Self::NotAllowed(_)
         )
     }
 }

@@ -541,6 +541,7 @@ pub fn pattern_status(
         member_count: Some(i64::try_from(total).unwrap_or(i64::MAX)),
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
+        refused: None,
         conditions: status::merge_condition(&previous.conditions, condition),
     }
 }

@@ -4,6 +4,8 @@
 //! Objects that do not deserialize are reported on their status (`InvalidSpec`) instead of
 //! stopping the stream (`DeserializeGuard`).
 
+pub mod allow;
+pub mod allowance;
 pub mod appearances;
 pub mod argocd;
 mod duration;
@@ -11,6 +13,7 @@ pub mod error;
 pub mod group;
 pub mod index;
 pub mod members;
+pub mod namespaces;
 pub mod promotion;
 pub mod reconcile;
 pub mod routing;
@@ -115,6 +118,10 @@ pub struct Context {
     pub secrets: secrets::SecretCache,
     /// Argo CD Application sources resolved recently (watches without `spec.git`).
     pub argocd_sources: argocd::ResolveCache,
+    /// The admin's allow-list (`--allow-list-configmap`).
+    pub allowance: Arc<allowance::Allowance>,
+    /// Signature verdicts that verified, by image digest, keys and registry credentials.
+    pub signatures: crate::signature::fetch::VerdictCache,
     /// (credentials, registry) whose watched repositories were announced to the registry
     /// client.
     announced: std::sync::Mutex<std::collections::HashSet<(index::CredentialKey, String)>>,
@@ -162,6 +169,8 @@ impl Context {
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
             secrets: secrets::secret_cache(),
             argocd_sources: argocd::resolve_cache(),
+            allowance: Arc::default(),
+            signatures: Default::default(),
             announced: std::sync::Mutex::default(),
         }
     }
@@ -273,7 +282,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         source,
     })?;
     let client = Client::try_default().await.map_err(RunError::Client)?;
-    wait_for_crd(&client).await?;
+    let watched = args.watched_namespaces();
+    wait_for_crd(&client, watched.first().map(String::as_str)).await?;
 
     let metrics = Arc::new(Metrics::new());
     let registries = match &args.registries_config {
@@ -321,6 +331,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ecr,
     );
     ctx.argocd_namespace = args.argocd_namespace.clone();
+    if let Some(name) = &args.allow_list_configmap {
+        ctx.allowance = Arc::new(allowance::Allowance::expecting(name));
+    }
     ctx.set_work_slots(usize::from(args.max_concurrent_reconciles));
     let mut acquired_shards = None;
     if args.shards > 0 {
@@ -349,11 +362,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         acquired_shards = Some(acquired);
     }
     let ctx = Arc::new(ctx);
-
-    let api: Api<DeserializeGuard<ImageWatch>> = match &args.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
 
     let shutdown = tokio_util::sync::CancellationToken::new();
     let signal_token = shutdown.clone();
@@ -391,7 +399,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (reader, writer) = kube::runtime::reflector::store();
     let watches = kube::runtime::reflector(
         writer,
-        watcher::watcher(api, watcher::Config::default().any_semantic()).modify(prune_cached),
+        namespaces::watch::<DeserializeGuard<ImageWatch>>(
+            client.clone(),
+            &watched,
+            watcher::Config::default().any_semantic(),
+        )
+        .modify(prune_cached),
     )
     .applied_objects();
     let controller = Controller::for_stream(watches, reader).with_config(
@@ -419,6 +432,26 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         }
         _ => None,
     };
+    if let Some(name) = args.allow_list_configmap.clone() {
+        // A changed allow-list is applied to every watch at once, not at its next poll.
+        let (store, wake) = (controller.store(), reconcile_tx.clone());
+        let follow = allowance::follow(
+            client.clone(),
+            args.pod_namespace.clone(),
+            name,
+            ctx.allowance.clone(),
+            move || {
+                for watch in store.state() {
+                    let _ = wake.try_send(ObjectRef::from_obj(watch.as_ref()));
+                }
+            },
+        );
+        tokio::spawn(follow);
+        let started = std::time::Instant::now();
+        while ctx.allowance.is_pending() && started.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     tokio::spawn(routing::route(
         event_rx,
         controller.store(),
@@ -580,9 +613,13 @@ async fn export_queue_depths<A, B>(
 }
 
 /// Waits (bounded) for the ImageWatch CRD to be served, so a fresh install does not crash-loop
-/// while the CRDs are being established.
-async fn wait_for_crd(client: &Client) -> Result<(), RunError> {
-    let api: Api<ImageWatch> = Api::all(client.clone());
+/// while the CRDs are being established. Asked in `namespace` when the operator watches a
+/// list of namespaces (its RBAC may grant nothing at cluster scope).
+async fn wait_for_crd(client: &Client, namespace: Option<&str>) -> Result<(), RunError> {
+    let api: Api<ImageWatch> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let mut last = String::new();
     for attempt in 0..60u32 {
         match api.list(&kube::api::ListParams::default().limit(1)).await {

@@ -56,7 +56,7 @@ use kube::{
     },
     core::{DeserializeGuard, Selector},
     runtime::{
-        Controller,
+        Controller, WatchStreamExt as _,
         controller::Action,
         events::{Event, EventType},
         reflector::ObjectRef,
@@ -78,8 +78,8 @@ use crate::{
         self, Candidate, CandidateError, CandidateInput, GateFacts, GateReport, Inventory,
         SourceState,
         gates::{
-            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SoakFacts,
-            application_state,
+            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SignatureCheck,
+            SignatureFact, SoakFacts, application_state,
         },
         render::{self, TextContext},
     },
@@ -105,8 +105,8 @@ pub struct PromotionOptions {
     pub author: Author,
     /// Rounds of a rejected push (mode Commit) before giving up for this reconcile.
     pub push_attempts: u32,
-    /// Only this namespace (`None`: all).
-    pub namespace: Option<String>,
+    /// Only these namespaces (empty: all).
+    pub namespaces: Vec<String>,
     /// Policy reconciles running at once.
     pub concurrency: u16,
     /// After a policy's deletion, how long closing its pull request is retried before the
@@ -124,7 +124,7 @@ impl PromotionOptions {
                 email: args.git_author_email.clone(),
             },
             push_attempts: args.push_attempts,
-            namespace: args.namespace.clone(),
+            namespaces: args.watched_namespaces(),
             concurrency: args.max_concurrent_reconciles.max(1),
             close_timeout: args.pull_request_close_timeout,
         }
@@ -167,37 +167,38 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         failures: Mutex::default(),
         close_timeout: options.close_timeout,
     });
-    let (policies, watches): (
-        Api<DeserializeGuard<PromotionPolicy>>,
-        Api<DeserializeGuard<ImageWatch>>,
-    ) = match &options.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
+    let (reader, writer) = kube::runtime::reflector::store();
+    let policies = kube::runtime::reflector(
+        writer,
+        super::namespaces::watch::<DeserializeGuard<PromotionPolicy>>(
+            client.clone(),
+            &options.namespaces,
+            watcher::Config::default().any_semantic(),
         ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
-        );
+    )
+    .applied_objects();
+    let watches = super::namespaces::watch::<DeserializeGuard<ImageWatch>>(
+        client.clone(),
+        &options.namespaces,
+        watcher::Config::default().any_semantic(),
+    )
+    .applied_objects();
+    let controller = Controller::for_stream(policies, reader).with_config(
+        kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
+    );
     let store = controller.store();
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
     controller
-        .watches(
-            watches,
-            watcher::Config::default().any_semantic(),
-            move |watch: DeserializeGuard<ImageWatch>| {
-                let namespace = watch.meta().namespace.clone();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|p| p.meta().namespace == namespace)
-                    .map(|p| ObjectRef::from_obj(p.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(watches, move |watch: DeserializeGuard<ImageWatch>| {
+            let namespace = watch.meta().namespace.clone();
+            store
+                .state()
+                .into_iter()
+                .filter(|p| p.meta().namespace == namespace)
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(async move { token.cancelled().await })
         .run(reconcile, error_policy, shared)
         .for_each(|result| {
@@ -230,6 +231,9 @@ pub enum PromotionError {
     /// `to.path` (or a place in it) cannot be found or edited.
     #[error("{0}")]
     TargetNotFound(String),
+    /// The policy's namespace may not use what it names; nothing was read or written.
+    #[error("{0}")]
+    NotAllowed(String),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] GitError),
@@ -250,6 +254,7 @@ impl From<ReconcileError> for PromotionError {
             ReconcileError::InvalidSpec(m) => Self::InvalidSpec(m),
             ReconcileError::CredentialsNotFound(m) => Self::CredentialsNotFound(m),
             ReconcileError::TargetNotFound(m) => Self::TargetNotFound(m),
+            ReconcileError::NotAllowed(m) => Self::NotAllowed(m),
             ReconcileError::Git(g) => Self::Git(g),
             ReconcileError::Kube(k) => Self::Kube(k),
             other => Self::Internal(other.to_string()),
@@ -265,6 +270,7 @@ impl PromotionError {
             Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
             Self::SourceNotReady(_) | Self::SourceWaiting(_) => reason::SOURCE_NOT_READY,
             Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
+            Self::NotAllowed(_) => common_reason::NOT_ALLOWED,
             Self::Git(_) => common_reason::GIT_ERROR,
             Self::Forge(_) => reason::FORGE_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
@@ -279,6 +285,7 @@ impl PromotionError {
             Self::SourceNotReady(_) => "source_not_ready",
             Self::SourceWaiting(_) => "source_waiting",
             Self::TargetNotFound(_) => "target_not_found",
+            Self::NotAllowed(_) => "not_allowed",
             Self::Git(_) => "git",
             Self::Forge(_) => "forge",
             Self::Kube(_) => "kube",
@@ -294,6 +301,7 @@ impl PromotionError {
                 | Self::SourceNotReady(_)
                 | Self::SourceWaiting(_)
                 | Self::TargetNotFound(_)
+                | Self::NotAllowed(_)
         )
     }
 }
@@ -976,6 +984,38 @@ async fn resolve_location(
     let namespace = policy.namespace().unwrap_or_default();
     let spec = &policy.spec;
     let (url, secret, repo_branch) = target_repository(policy, watches, shared).await?;
+    crate::git::check_tenant_url(&url).map_err(PromotionError::InvalidSpec)?;
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: Some((url.as_str(), vec![spec.to.path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &shared.ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    let ctx = &shared.ctx;
+    ctx.allowance
+        .check(
+            &ctx.client,
+            &ctx.metrics,
+            "PromotionPolicy",
+            ask,
+            Some(project),
+        )
+        .await?;
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &shared.ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    ctx.allowance
+        .check_target(&ctx.client, &ctx.metrics, project, &url, &spec.to.path)
+        .await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(&shared.ctx, &namespace, &name).await?,
         None => GitAuth::Anonymous,
@@ -1354,6 +1394,9 @@ async fn reconcile_policy(
     if gates_spec.image_exists.unwrap_or(false) {
         facts.image_exists = Some(check_images(policy, &candidate, shared).await?);
     }
+    if let Some(verify) = &gates_spec.signature {
+        facts.signature = Some(check_signatures(policy, &candidate, verify, shared).await?);
+    }
     if let Some(soak) = gates_spec.soak.as_deref() {
         facts.soak = Some(SoakFacts {
             required: parse_duration(soak).unwrap_or_default(),
@@ -1548,6 +1591,104 @@ async fn check_images(
             expected_digest: image.digest.clone(),
             check,
         });
+    }
+    Ok(facts)
+}
+
+/// `signature`: every changed reference's image, in its target registry, must carry a cosign
+/// signature by a key of `verify` (see `crate::signature`).
+async fn check_signatures(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    verify: &imagewatch_crd::Verify,
+    shared: &Shared,
+) -> Result<Vec<SignatureFact>, PromotionError> {
+    let ctx = &shared.ctx;
+    let namespace = policy.namespace().unwrap_or_default();
+    let keys =
+        super::reconcile::signature_keys(ctx, &namespace, &verify.cosign, "spec.gates.signature")
+            .await?;
+    let secret = policy.spec.to.registry_secret_ref.as_ref();
+    let cache_key = format!(
+        "{}|{}",
+        crate::signature::keys_fingerprint(&keys),
+        secret.map_or_else(
+            || "anonymous".to_string(),
+            |s| format!("secret:{namespace}/{}", s.name)
+        )
+    );
+    let mut creds_by_host: HashMap<String, Credentials> = HashMap::new();
+    let mut facts = Vec::new();
+    for image in candidate.changes() {
+        let reference = format!("{}:{}", image.repository, image.tag);
+        let repo = match RepositoryRef::parse(&image.repository) {
+            Ok(r) => r,
+            Err(e) => {
+                facts.push(SignatureFact {
+                    reference,
+                    check: SignatureCheck::Error(e.to_string()),
+                });
+                continue;
+            }
+        };
+        if is_ecr_host(&repo.registry).is_some() && secret.is_none() {
+            facts.push(SignatureFact {
+                reference,
+                check: SignatureCheck::Error(
+                    "ECR through the operator's AWS identity cannot be checked for signatures \
+                     yet; set spec.to.registrySecretRef"
+                        .into(),
+                ),
+            });
+            continue;
+        }
+        let creds = match (secret, creds_by_host.get(&repo.registry)) {
+            (_, Some(c)) => c.clone(),
+            (Some(secret), None) => {
+                let c =
+                    secrets::registry_credentials(ctx, &namespace, &secret.name, &repo.registry)
+                        .await?;
+                creds_by_host.insert(repo.registry.clone(), c.clone());
+                c
+            }
+            (None, None) => Credentials::Anonymous,
+        };
+        let digest = match &image.digest {
+            Some(d) => Ok(Some(d.clone())),
+            None => {
+                ctx.registry
+                    .manifest_digest(&repo, &image.tag, &creds)
+                    .await
+            }
+        };
+        let check = match digest {
+            Ok(None) => SignatureCheck::Error("not in the registry".into()),
+            Err(e) => SignatureCheck::Error(e.to_string()),
+            Ok(Some(digest)) => {
+                let verdict = crate::signature::fetch::check(
+                    &ctx.registry,
+                    &ctx.signatures,
+                    &cache_key,
+                    &repo,
+                    &digest,
+                    &creds,
+                    &keys,
+                )
+                .await;
+                super::reconcile::count_signature_check(
+                    ctx,
+                    "PromotionPolicy",
+                    verdict.as_ref().map_or("error", |v| v.outcome()),
+                );
+                match verdict {
+                    Ok(crate::signature::Verdict::Verified { .. }) => SignatureCheck::Verified,
+                    Ok(crate::signature::Verdict::Missing) => SignatureCheck::Missing,
+                    Ok(crate::signature::Verdict::Invalid(why)) => SignatureCheck::Invalid(why),
+                    Err(e) => SignatureCheck::Error(e.to_string()),
+                }
+            }
+        };
+        facts.push(SignatureFact { reference, check });
     }
     Ok(facts)
 }

@@ -55,6 +55,8 @@ pub struct Outcome {
     suspended: bool,
     /// Group members still missing a newer tag (`WaitingForGroup`).
     waiting: Option<String>,
+    /// With `spec.verify`: the newest better tag refused for its signature.
+    refused: Option<Box<crate::signature::Refused>>,
 }
 
 /// What a successful reconcile found and did.
@@ -483,6 +485,68 @@ impl Prepared<'_> {
         }
     }
 
+    /// The signature verdict on `digest`, counted in `imagewatch_signature_checks_total`.
+    async fn verdict(
+        &self,
+        ctx: &Context,
+        keys: &VerifyKeys,
+        digest: &str,
+    ) -> Result<crate::signature::Verdict, ReconcileError> {
+        let result = crate::signature::fetch::check(
+            &ctx.registry,
+            &ctx.signatures,
+            &keys.cache_key,
+            &self.repo,
+            digest,
+            &self.rules.creds,
+            &keys.keys,
+        )
+        .await;
+        count_signature_check(
+            ctx,
+            "ImageWatch",
+            result.as_ref().map_or("error", |v| v.outcome()),
+        );
+        Ok(registry_call(ctx, &self.repo.registry, result)?)
+    }
+
+    /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
+    /// newest better candidate refused (see `signature::decide`).
+    async fn verified_choice(
+        &self,
+        ctx: &Context,
+        keys: &VerifyKeys,
+    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+        let ranked = self.rules.policy.ranked(&self.scan.tags, VERIFY_CANDIDATES);
+        if ranked.is_empty() {
+            self.own_choice()?;
+        }
+        let mut checked = Vec::new();
+        for candidate in &ranked {
+            let Some(digest) = self.digest(ctx, &candidate.tag).await? else {
+                continue;
+            };
+            let verdict = self.verdict(ctx, keys, &digest).await?;
+            let verified = matches!(verdict, crate::signature::Verdict::Verified { .. });
+            checked.push((candidate.tag.clone(), digest, verdict));
+            if verified {
+                break;
+            }
+        }
+        let decision = crate::signature::decide(&checked);
+        let newest_refused = decision.refused.into_iter().next();
+        match decision.chosen {
+            Some((tag, digest)) => Ok((tag, digest, newest_refused)),
+            None => match newest_refused {
+                Some(refused) => Err(ReconcileError::Signature(Box::new(refused))),
+                None => Err(ReconcileError::NoMatchingTags(format!(
+                    "no candidate tag of {} has a manifest",
+                    self.image
+                ))),
+            },
+        }
+    }
+
     /// The image reference to write for `tag`.
     fn image_for(&self, tag: &str, digest: &str) -> String {
         match self.watch.spec.digest.unwrap_or_default() {
@@ -527,8 +591,12 @@ impl Prepared<'_> {
 
 /// Steps 1–4, for one repository or for every member of a pattern.
 async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled, ReconcileError> {
+    check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
+        Ok(Some(_)) if watch.spec.verify.is_some() => Err(ReconcileError::InvalidSpec(
+            "spec.verify is not supported for pattern images yet: name one repository".into(),
+        )),
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
             .await
             .map(Reconciled::Pattern),
@@ -736,11 +804,33 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         Some(group) => Some(group_choice(&me, group, ctx).await?),
         None => None,
     };
-    let tag = match &group {
-        Some(g) => g.tag.clone(),
-        None => me.own_choice()?,
+    // With spec.verify: only a tag whose signature verifies is written.
+    let verify = verify_keys(watch, &me, ctx).await?;
+    let pinned = spec.pin.as_deref().is_some_and(|p| !p.is_empty());
+    let (tag, digest, refused) = match (&verify, &group) {
+        (Some(keys), None) if !pinned => me.verified_choice(ctx, keys).await?,
+        (Some(keys), _) => {
+            let tag = match &group {
+                Some(g) => g.tag.clone(),
+                None => me.own_choice()?,
+            };
+            let digest = me.confirmed_digest(ctx, &tag).await?;
+            let verdict = me.verdict(ctx, keys, &digest).await?;
+            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+            if let Some(first) = decision.refused.into_iter().next() {
+                return Err(ReconcileError::Signature(Box::new(first)));
+            }
+            (tag, digest, None)
+        }
+        (None, _) => {
+            let tag = match &group {
+                Some(g) => g.tag.clone(),
+                None => me.own_choice()?,
+            };
+            let digest = me.confirmed_digest(ctx, &tag).await?;
+            (tag, digest, None)
+        }
     };
-    let digest = me.confirmed_digest(ctx, &tag).await?;
     let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
@@ -781,7 +871,73 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         write: Some(write),
         suspended: spec.is_suspended(),
         waiting: group.and_then(|g| g.waiting),
+        refused: refused.map(Box::new),
     })
+}
+
+/// Candidate tags checked for a verified signature per reconcile, best first.
+const VERIFY_CANDIDATES: usize = 5;
+
+/// The keys `spec.verify` trusts and the cache key of their verdicts; None without it.
+async fn verify_keys(
+    watch: &ImageWatch,
+    me: &Prepared<'_>,
+    ctx: &Context,
+) -> Result<Option<VerifyKeys>, ReconcileError> {
+    let Some(verify) = &watch.spec.verify else {
+        return Ok(None);
+    };
+    let keys = signature_keys(ctx, &me.rules.namespace, &verify.cosign, "spec.verify").await?;
+    if me.rules.use_ecr {
+        return Err(ReconcileError::InvalidSpec(
+            "spec.verify needs the registry API: ECR read through the operator's AWS identity \
+             (provider aws, or no secretRef) is not supported yet; give a pull Secret"
+                .into(),
+        ));
+    }
+    let cache_key = format!(
+        "{}|{:?}",
+        crate::signature::keys_fingerprint(&keys),
+        me.rules.credential_key
+    );
+    Ok(Some(VerifyKeys { keys, cache_key }))
+}
+
+/// The trusted keys of a `cosign` verification: read from its Secret; keyless is refused.
+pub(super) async fn signature_keys(
+    ctx: &Context,
+    namespace: &str,
+    cosign: &imagewatch_crd::CosignVerify,
+    field: &str,
+) -> Result<Vec<crate::signature::TrustedKey>, ReconcileError> {
+    match (&cosign.secret_ref, &cosign.keyless) {
+        (_, Some(_)) => Err(ReconcileError::InvalidSpec(format!(
+            "{field}.cosign.keyless is not supported yet (it needs Fulcio and Rekor); use \
+             {field}.cosign.secretRef with cosign public keys"
+        ))),
+        (Some(secret), None) => secrets::cosign_keys(ctx, namespace, &secret.name).await,
+        (None, None) => Err(ReconcileError::InvalidSpec(format!(
+            "{field}.cosign needs secretRef (a Secret with cosign public keys)"
+        ))),
+    }
+}
+
+/// Keys a watch verifies signatures with.
+pub(super) struct VerifyKeys {
+    pub keys: Vec<crate::signature::TrustedKey>,
+    /// Key-set fingerprint and registry credentials, for the verdict cache.
+    pub cache_key: String,
+}
+
+/// Counts a signature check in `imagewatch_signature_checks_total`.
+pub(super) fn count_signature_check(ctx: &Context, kind: &str, outcome: &str) {
+    ctx.metrics
+        .signature_checks
+        .get_or_create(&crate::telemetry::SignatureLabels {
+            kind: kind.to_string(),
+            outcome: outcome.to_string(),
+        })
+        .inc();
 }
 
 /// What a group decided for one reconcile.
@@ -955,10 +1111,77 @@ async fn shard_key(watch: &ImageWatch, ctx: &Context) -> String {
     }
 }
 
+/// Step 1 (validate), tenancy: the allow-list must let the watch's namespace read its image
+/// (for a pattern, everything its literal prefix covers) and use the operator's AWS identity
+/// when it does. Checked before anything is read.
+async fn check_registry_allowed(watch: &ImageWatch, ctx: &Context) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let image = watch.spec.image.split('*').next().unwrap_or_default();
+    let registry = image.split('/').next().unwrap_or_default();
+    let credentials = watch.spec.credentials.clone().unwrap_or_default();
+    let (aws, _) = credential_choice(&credentials, &namespace, registry);
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: None,
+        images: vec![image],
+        aws,
+    };
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "ImageWatch", ask, None)
+        .await
+}
+
+/// The path a target writes, under `base` (pure); a pattern's `$n` and what follows are cut.
+fn target_path(target: &imagewatch_crd::Target, base: &str) -> String {
+    let path = [
+        target.workload.as_ref().map(|w| w.path.as_str()),
+        target.kustomize.as_ref().map(|k| k.path.as_str()),
+        target.helm.as_ref().map(|h| h.file.as_str()),
+        target.argocd_source.as_ref().map(|a| a.path.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .unwrap_or_default();
+    let literal = path.split('$').next().unwrap_or_default();
+    join_path(base, literal)
+}
+
+/// Step 1 (validate), tenancy: the allow-list (or the managing Application's AppProject)
+/// must let the watch's namespace write `url` at its target's path. Checked before the git
+/// Secret is read and before Git is.
+async fn check_git_allowed(
+    watch: &ImageWatch,
+    ctx: &Context,
+    url: &str,
+    base_path: &str,
+) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let path = target_path(&watch.spec.target, base_path);
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: Some((url, vec![path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = super::allowance::ProjectOf {
+        argocd_namespace: &ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: watch.annotations(),
+        labels: watch.labels(),
+    };
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "ImageWatch", ask, Some(project))
+        .await
+}
+
 /// `spec.git`, or the Argo CD Application managing the watch.
 async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, ReconcileError> {
     let namespace = watch.namespace().unwrap_or_default();
     if let Some(git) = &watch.spec.git {
+        crate::git::check_tenant_url(&git.url)
+            .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
+        check_git_allowed(watch, ctx, &git.url, "").await?;
         let auth = match &git.secret_ref {
             Some(secret) => secrets::git_credentials(ctx, &namespace, &secret.name).await?,
             None => crate::git::GitAuth::Anonymous,
@@ -980,6 +1203,7 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
         watch.labels(),
     )
     .await?;
+    check_git_allowed(watch, ctx, &source.repo_url, &source.path).await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(ctx, &namespace, &name).await?,
         None => crate::git::GitAuth::Anonymous,
@@ -1052,6 +1276,11 @@ pub fn build_status(
         } else {
             Vec::new()
         },
+        refused: match result {
+            Ok(outcome) => outcome.refused.as_deref().map(refused_tag),
+            Err(ReconcileError::Signature(refused)) => Some(refused_tag(refused)),
+            Err(_) => previous.refused.clone(),
+        },
         conditions: previous.conditions.clone(),
     };
     let condition = match result {
@@ -1081,7 +1310,30 @@ pub fn build_status(
                     },
                 });
             }
-            if let Some(message) = &outcome.waiting {
+            if let (Some(refused), Some(w), false) =
+                (&outcome.refused, &outcome.write, outcome.suspended)
+            {
+                let done = match &w.commit {
+                    Some(commit) => format!(
+                        "{}: {} -> {} (commit {}), the newest verified tag",
+                        w.file,
+                        w.current_before,
+                        w.current_after,
+                        short(commit)
+                    ),
+                    None => format!(
+                        "{} holds {}, the newest verified tag",
+                        w.file, w.current_after
+                    ),
+                };
+                status::ready_condition(
+                    false,
+                    refused.reason(),
+                    &format!("{done}; refused newer {}", refused.message()),
+                    generation,
+                    now,
+                )
+            } else if let Some(message) = &outcome.waiting {
                 status::ready_condition(false, reason::WAITING_FOR_GROUP, message, generation, now)
             } else if outcome.suspended {
                 let message = match &outcome.write {
@@ -1137,6 +1389,16 @@ pub fn build_status(
     };
     next.conditions = status::merge_condition(&previous.conditions, condition);
     next
+}
+
+/// The status form of a refused tag.
+fn refused_tag(refused: &crate::signature::Refused) -> imagewatch_crd::RefusedTag {
+    imagewatch_crd::RefusedTag {
+        tag: refused.tag.clone(),
+        digest: Some(refused.digest.clone()),
+        reason: refused.reason().to_string(),
+        message: refused.message(),
+    }
 }
 
 fn tag_of(image: &str) -> String {
@@ -1240,6 +1502,24 @@ async fn publish_events(
     };
     if let Some(event) = event {
         publish(watch, &event, ctx).await;
+    }
+    // A newer tag refused for its signature while an older verified one is written.
+    if let Ok(Reconciled::Single(Outcome {
+        refused: Some(refused),
+        ..
+    })) = result
+    {
+        let before = watch.status.as_ref().and_then(|s| s.refused.as_ref());
+        if before.is_none_or(|b| b.tag != refused.tag || b.message != refused.message()) {
+            let event = Event {
+                type_: EventType::Warning,
+                reason: refused.reason().into(),
+                note: Some(format!("refused {}", refused.message())),
+                action: "Verify".into(),
+                secondary: None,
+            };
+            publish(watch, &event, ctx).await;
+        }
     }
 }
 

@@ -64,6 +64,14 @@ async fn read_secret(
     name: &str,
     purpose: &str,
 ) -> Result<SecretData, ReconcileError> {
+    if !is_secret_name(name) {
+        // A name with '/' would become a subresource request, `..` another path: refuse it
+        // before it reaches the API.
+        return Err(ReconcileError::InvalidSpec(format!(
+            "{purpose} secretRef.name {name:?} is not a Secret name: it must be a DNS subdomain \
+             name (lower-case letters, digits, '-' and '.') of a Secret in namespace {namespace}"
+        )));
+    }
     let key = (namespace.to_string(), name.to_string());
     let now = Instant::now();
     if let Some(data) = ctx.secrets.get(&key, now) {
@@ -83,6 +91,19 @@ async fn read_secret(
             )))
         }
     }
+}
+
+/// Whether `name` is a DNS subdomain name (RFC 1123), the form of a Secret's name (pure).
+pub fn is_secret_name(name: &str) -> bool {
+    let label_ok = |label: &str| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
 }
 
 fn text(data: &BTreeMap<String, ByteString>, key: &str) -> Option<String> {
@@ -117,6 +138,35 @@ pub async fn registry_credentials(
             "registry Secret {namespace}/{name}: {e}"
         ))),
     }
+}
+
+/// The cosign public keys in the Secret `namespace/name`: every data value is PEM with one or
+/// more `PUBLIC KEY` blocks.
+pub async fn cosign_keys(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<crate::signature::TrustedKey>, ReconcileError> {
+    let data = read_secret(ctx, namespace, name, "cosign").await?;
+    let mut keys = Vec::new();
+    for (key, value) in data.iter() {
+        let text = String::from_utf8(value.0.clone()).map_err(|_| {
+            ReconcileError::CredentialsNotFound(format!(
+                "cosign Secret {namespace}/{name}: key {key} is not PEM text"
+            ))
+        })?;
+        keys.extend(crate::signature::parse_keys(&text).map_err(|e| {
+            ReconcileError::CredentialsNotFound(format!(
+                "cosign Secret {namespace}/{name}: key {key}: {e}"
+            ))
+        })?);
+    }
+    if keys.is_empty() {
+        return Err(ReconcileError::CredentialsNotFound(format!(
+            "cosign Secret {namespace}/{name} holds no public key"
+        )));
+    }
+    Ok(keys)
 }
 
 /// What a git Secret holds.
@@ -322,6 +372,27 @@ pub fn git_auth_from_data(data: &BTreeMap<String, ByteString>) -> Result<GitAuth
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_names_are_dns_subdomains() {
+        for good in ["git-creds", "a", "regcred.v2", "0abc"] {
+            assert!(is_secret_name(good), "{good}");
+        }
+        for bad in [
+            "team-b/b-git",
+            "../..",
+            "..",
+            "",
+            "Git",
+            "-x",
+            "x-",
+            "a..b",
+            "a b",
+        ] {
+            assert!(!is_secret_name(bad), "{bad}");
+        }
+        assert!(!is_secret_name(&"a".repeat(254)));
+    }
 
     fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, ByteString> {
         pairs

@@ -71,6 +71,39 @@ impl fmt::Debug for GitAuth {
     }
 }
 
+impl GitAuth {
+    /// SHA-256 over the kind and material of these credentials (never the credentials
+    /// themselves): the identity that keys clones, recent fetches and writer tasks, so that
+    /// what one credential fetched is never read on behalf of another.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let mut field = |s: &str| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        };
+        match self {
+            GitAuth::Anonymous => field("anonymous"),
+            GitAuth::Basic { username, password } => {
+                field("basic");
+                field(username);
+                field(password);
+            }
+            GitAuth::Ssh {
+                private_key,
+                passphrase,
+                known_hosts,
+            } => {
+                field("ssh");
+                field(private_key);
+                field(passphrase.as_deref().unwrap_or(""));
+                field(known_hosts);
+            }
+        }
+        h.finalize().into()
+    }
+}
+
 /// Per-operation state shared by the callbacks of one libgit2 call.
 #[derive(Default)]
 struct CallbackState {

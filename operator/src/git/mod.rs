@@ -10,7 +10,8 @@
 //!
 //! Shape of the API:
 //!
-//! * [`RepoCache`] keeps one bare repository per remote URL on local disk so
+//! * [`RepoCache`] keeps one bare repository per remote URL and credential
+//!   identity on local disk so
 //!   that every reconcile only transfers what changed since the last one.
 //!   [`RepoCache::open_or_clone`] hands out a [`Repo`], which holds an
 //!   exclusive lease on that directory until it is dropped.
@@ -50,6 +51,7 @@ pub use error::{GitError, Result};
 pub use push::{PushMode, PushOutcome};
 pub use repo::{Repo, RepoCache};
 pub use sign::{CommitSigner, PgpSigner, SigningKeyError, SshSigner};
+pub use url::check_tenant_url;
 pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry};
 
 /// Commit ids are libgit2's object ids; re-exported so callers need no

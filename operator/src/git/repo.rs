@@ -1,7 +1,9 @@
 //! Bare clone cache, fetch and reads for the git writer (read current state
 //! from Git, commit and push edits).
 //!
-//! Each remote URL gets one bare repository under the cache root. Nothing
+//! Each remote URL, per credential identity ([`GitAuth::fingerprint`]), gets one bare
+//! repository under the cache root: a clone fetched with one tenant's credentials is never
+//! opened for another's, so a watch that cannot read a repository never sees its content. Nothing
 //! is ever checked out: files are read straight from tree and blob objects,
 //! and edits are written as new objects (see `commit.rs`). Keeping the
 //! clone between reconciles makes each fetch incremental.
@@ -91,7 +93,7 @@ impl Drop for Lease {
     }
 }
 
-/// Local bare clones, one per remote URL, under a root directory.
+/// Local bare clones, one per remote URL and credential identity, under a root directory.
 ///
 /// Share one `RepoCache` (for example in an `Arc`) across all reconcilers
 /// so that the per-directory lease actually serializes them.
@@ -114,10 +116,10 @@ impl RepoCache {
         &self.root
     }
 
-    /// Directory that holds (or will hold) the clone of `url`.
-    pub fn dir_for(&self, url: &str) -> Result<PathBuf> {
+    /// Directory that holds (or will hold) the clone of `url` fetched with `auth`.
+    pub fn dir_for(&self, url: &str, auth: &GitAuth) -> Result<PathBuf> {
         let remote = RemoteUrl::parse(url)?;
-        Ok(self.root.join(remote.cache_dir_name(url)))
+        Ok(self.root.join(remote.cache_dir_name(url, auth)))
     }
 
     /// Open the cached bare clone of `url`, creating it if needed.
@@ -134,7 +136,7 @@ impl RepoCache {
 
     fn open_or_create(&self, url: &str, auth: &GitAuth) -> Result<Repo> {
         let remote = RemoteUrl::parse(url)?;
-        let dir = self.root.join(remote.cache_dir_name(url));
+        let dir = self.root.join(remote.cache_dir_name(url, auth));
         let (slot, first_use) = {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             let first_use = !slots.contains_key(&dir);

@@ -208,14 +208,14 @@ fn clone_cache_is_reused() {
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].starts_with("local_"), "{entries:?}");
-    assert_eq!(cache.dir_for(&fx.url).unwrap(), dir);
+    assert_eq!(cache.dir_for(&fx.url, &GitAuth::Anonymous).unwrap(), dir);
 }
 
 #[test]
 fn a_cache_dir_of_another_url_is_not_reused() {
     let fx = Fixture::new();
     let cache = fx.cache();
-    let dir = cache.dir_for(&fx.url).unwrap();
+    let dir = cache.dir_for(&fx.url, &GitAuth::Anonymous).unwrap();
     // Simulate a stale or foreign repository in our slot.
     git2::Repository::init_bare(&dir).unwrap();
     std::fs::write(dir.join("marker"), "foreign").unwrap();
@@ -265,7 +265,12 @@ fn missing_branch_and_missing_repo() {
         .open_or_clone(&missing, &GitAuth::Anonymous)
         .unwrap_err();
     assert_eq!(err.category(), "not_found", "{err}");
-    assert!(!cache.dir_for(&missing).unwrap().exists());
+    assert!(
+        !cache
+            .dir_for(&missing, &GitAuth::Anonymous)
+            .unwrap()
+            .exists()
+    );
 }
 
 #[test]
@@ -994,7 +999,12 @@ fn ssh_end_to_end_with_host_key_verification() {
         err.to_string()
             .contains(&format!("[127.0.0.1]:{}", sshd.port))
     );
-    assert!(!cache.dir_for(&url).unwrap().exists());
+    assert!(
+        !cache
+            .dir_for(&url, &sshd.auth(String::new()))
+            .unwrap()
+            .exists()
+    );
 
     // A plain entry for the host is not valid for a non-default port.
     let plain = sshd

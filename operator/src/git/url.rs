@@ -136,9 +136,10 @@ impl RemoteUrl {
     }
 
     /// Directory name for this remote in the clone cache: readable
-    /// `host_path` plus a short hash of the full URL, so that two URLs that
-    /// sanitize to the same text still get separate clones.
-    pub(crate) fn cache_dir_name(&self, raw_url: &str) -> String {
+    /// `host_path` plus a short hash of the full URL and the credential
+    /// identity, so that two URLs that sanitize to the same text, and two
+    /// credentials for one URL, still get separate clones.
+    pub(crate) fn cache_dir_name(&self, raw_url: &str, auth: &super::GitAuth) -> String {
         let mut readable = String::new();
         let host = if self.transport == Transport::File {
             "local"
@@ -163,13 +164,50 @@ impl RemoteUrl {
             readable.push(c);
         }
         let readable: String = readable.trim_matches(['_', '.']).chars().take(80).collect();
-        let digest = Sha256::digest(raw_url.as_bytes());
-        let short = hex::encode(&digest[..6]);
+        let mut hasher = Sha256::new();
+        hasher.update((raw_url.len() as u64).to_le_bytes());
+        hasher.update(raw_url.as_bytes());
+        hasher.update(auth.fingerprint());
+        let digest = hasher.finalize();
+        let short = hex::encode(&digest[..8]);
         if readable.is_empty() {
             short
         } else {
             format!("{readable}-{short}")
         }
+    }
+}
+
+/// Whether a tenant's object may name `url` as its Git repository: only network remotes
+/// (`https://`, `http://`, `ssh://`, scp-like `user@host:path`). `file://` and local paths
+/// would read the operator's own disk (other tenants' clones among it); `ext::` and other
+/// transports would run commands. The CRD refuses these at apply; this also covers URLs
+/// from elsewhere (an Argo CD Application's `repoURL`, objects stored before that rule).
+pub fn check_tenant_url(url: &str) -> std::result::Result<(), String> {
+    const REFUSED: &str = "is refused: use https://host/…, http://host/…, ssh://[user@]host/… or user@host:path (file://, local paths and other transports are not allowed)";
+    let remote = RemoteUrl::parse(url).map_err(|_| format!("Git URL {} {REFUSED}", redact(url)))?;
+    let host_ok = !remote.host.is_empty()
+        && !remote.host.starts_with('-')
+        && !remote.host.contains(['/', '\\']);
+    // `..` would let a URL that starts with an allowed prefix name another repository.
+    let dotted = remote.path.split('/').any(|seg| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == "." || seg == ".."
+    });
+    if dotted {
+        return Err(format!(
+            "Git URL {} is refused: its path must not contain '.' or '..' segments",
+            redact(url)
+        ));
+    }
+    match remote.transport {
+        Transport::File => Err(format!("Git URL {} {REFUSED}", redact(url))),
+        _ if !host_ok => Err(format!("Git URL {} {REFUSED}", redact(url))),
+        // scp-like needs a user: `host:path` is ambiguous with local paths on some clients.
+        Transport::Ssh if !url.contains("://") && remote.user.is_none() => {
+            Err(format!("Git URL {} {REFUSED}", redact(url)))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -291,8 +329,9 @@ mod tests {
     fn cache_dir_names_are_readable_and_distinct() {
         let a = "https://github.com/org/repo.git";
         let b = "https://github.com/org/repo-git";
-        let na = RemoteUrl::parse(a).unwrap().cache_dir_name(a);
-        let nb = RemoteUrl::parse(b).unwrap().cache_dir_name(b);
+        let anonymous = super::super::GitAuth::Anonymous;
+        let na = RemoteUrl::parse(a).unwrap().cache_dir_name(a, &anonymous);
+        let nb = RemoteUrl::parse(b).unwrap().cache_dir_name(b, &anonymous);
         assert!(na.starts_with("github.com_org_repo.git-"), "{na}");
         assert_ne!(na, nb);
         assert!(
@@ -300,7 +339,53 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         );
         let f = "file:///tmp/a/../b.git";
-        let nf = RemoteUrl::parse(f).unwrap().cache_dir_name(f);
+        let nf = RemoteUrl::parse(f).unwrap().cache_dir_name(f, &anonymous);
         assert!(nf.starts_with("local_tmp_a_.._b.git-"), "{nf}");
+    }
+
+    #[test]
+    fn each_credential_gets_its_own_clone() {
+        let url = "https://git.example.com/team-b/manifests.git";
+        let remote = RemoteUrl::parse(url).unwrap();
+        let basic = |password: &str| super::super::GitAuth::Basic {
+            username: "git".into(),
+            password: password.into(),
+        };
+        let anonymous = remote.cache_dir_name(url, &super::super::GitAuth::Anonymous);
+        let b = remote.cache_dir_name(url, &basic("team-b-token"));
+        let a = remote.cache_dir_name(url, &basic("team-a-token"));
+        assert_ne!(anonymous, b);
+        assert_ne!(a, b);
+        assert_eq!(b, remote.cache_dir_name(url, &basic("team-b-token")));
+        assert!(!b.contains("team-b-token"));
+    }
+
+    #[test]
+    fn tenants_may_name_network_remotes_only() {
+        for good in [
+            "https://github.com/org/repo.git",
+            "http://127.0.0.1:8080/repo.git",
+            "ssh://git@github.com/org/repo.git",
+            "git@github.com:org/repo.git",
+        ] {
+            assert_eq!(check_tenant_url(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "file:///var/cache/imagewatch/git/x",
+            "/var/cache/imagewatch/git/x",
+            "./repo",
+            "ext::sh -c touch% /tmp/pwned",
+            "git://github.com/org/repo.git",
+            "https://-oProxyCommand=x/repo",
+            "fd::17",
+            "https://git.example.com/team-a/../team-b/m.git",
+            "https://git.example.com/team-a/%2E%2e/team-b/m.git",
+        ] {
+            let err = check_tenant_url(bad).unwrap_err();
+            assert!(
+                err.contains("refused") || err.contains("not"),
+                "{bad}: {err}"
+            );
+        }
     }
 }

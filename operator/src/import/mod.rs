@@ -386,6 +386,7 @@ impl WatchDraft {
                 target: self.target,
                 group: None,
                 edit_shared_anchor: None,
+                verify: None,
             },
         );
         watch.metadata.namespace = options.namespace.clone().or(self.namespace);

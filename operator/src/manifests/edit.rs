@@ -494,10 +494,7 @@ mod tests {
             .unwrap()
             .edit
             .unwrap();
-        assert_eq!(
-            planned.new_contents,
-            new_text.replace("\"app:2\"", "\"app:2\"")
-        );
+        assert_eq!(planned.new_contents, new_text);
         assert!(planned.new_contents.contains("image: \"app:2\"} # keep"));
         assert!(planned.new_contents.contains("image: app:1\n"));
     }

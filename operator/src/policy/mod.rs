@@ -319,6 +319,22 @@ impl TagPolicy {
         }
     }
 
+    /// The best `limit` candidates, best first: [`select`](Self::select), then the best of
+    /// the rest, and so on.
+    #[must_use]
+    pub fn ranked(&self, tags: &[TagInfo], limit: usize) -> Vec<TagInfo> {
+        let mut rest: Vec<TagInfo> = tags.to_vec();
+        let mut ranked = Vec::new();
+        while ranked.len() < limit {
+            let Some(best) = self.select(&rest).cloned() else {
+                break;
+            };
+            rest.retain(|t| t != &best);
+            ranked.push(best);
+        }
+        ranked
+    }
+
     fn is_excluded(&self, tag: &str) -> bool {
         (!self.names_artifacts && is_artifact_tag(tag))
             || self.exclude.iter().any(|glob| glob.matches(tag))

@@ -8,6 +8,7 @@
 //! | `soak` | every source has applied its tag at least `soak` ago | `Soaking` |
 //! | `application` | the Application is `Synced` and `Healthy`, at a revision that is (or descends from) every source commit | `ApplicationNotHealthy` |
 //! | `approval` | the annotation `imagewatch.dev/approve` equals the candidate id (or summary) | `AwaitingApproval` |
+//! | `signature` | every changed reference's image (in its target registry) has a cosign signature by a trusted key | `SignatureMissing`, `SignatureInvalid` |
 //!
 //! A pinned candidate (a rollback) skips `soak` and `application`: the pinned tags ran
 //! before, and what staging runs now says nothing about them. Gates are reported in the order
@@ -15,6 +16,7 @@
 
 use std::time::Duration;
 
+use imagewatch_crd::conditions::reason::{SIGNATURE_INVALID, SIGNATURE_MISSING};
 use imagewatch_crd::promotion::{GateStatus, gate, reason};
 
 /// What a manifest HEAD found for one reference.
@@ -37,6 +39,28 @@ pub struct ImageFact {
     pub expected_digest: Option<String>,
     /// What the registry said.
     pub check: ImageCheck,
+}
+
+/// What checking one reference's signature found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureCheck {
+    /// A signature verified.
+    Verified,
+    /// No signature exists.
+    Missing,
+    /// Signatures exist; none verifies (why).
+    Invalid(String),
+    /// The image or its signatures could not be read.
+    Error(String),
+}
+
+/// One `signature` fact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureFact {
+    /// `repository:tag` checked.
+    pub reference: String,
+    /// What was found.
+    pub check: SignatureCheck,
 }
 
 /// `soak` facts: when each source applied its tag.
@@ -101,6 +125,8 @@ pub struct GateFacts {
     pub application: Option<ApplicationFacts>,
     /// `approval`.
     pub approval: Option<ApprovalFacts>,
+    /// `signature`.
+    pub signature: Option<Vec<SignatureFact>>,
     /// The candidate comes from `spec.pin` (a rollback).
     pub pinned: bool,
 }
@@ -314,6 +340,56 @@ pub fn evaluate(facts: &GateFacts, now: jiff::Timestamp) -> GateReport {
         };
         push(&mut report, s, reason::AWAITING_APPROVAL);
     }
+
+    if let Some(signatures) = &facts.signature {
+        let (mut missing, mut invalid, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        for fact in signatures {
+            match &fact.check {
+                SignatureCheck::Verified => {}
+                SignatureCheck::Missing => missing.push(fact.reference.clone()),
+                SignatureCheck::Invalid(why) => invalid.push(format!("{}: {why}", fact.reference)),
+                SignatureCheck::Error(e) => errors.push(format!("{}: {e}", fact.reference)),
+            }
+        }
+        let (s, why) = if !invalid.is_empty() {
+            (
+                status(
+                    gate::SIGNATURE,
+                    false,
+                    format!("signature does not verify: {}", invalid.join("; ")),
+                ),
+                SIGNATURE_INVALID,
+            )
+        } else if !missing.is_empty() {
+            (
+                status(
+                    gate::SIGNATURE,
+                    false,
+                    format!("no cosign signature: {}", missing.join(", ")),
+                ),
+                SIGNATURE_MISSING,
+            )
+        } else if !errors.is_empty() {
+            (
+                status(
+                    gate::SIGNATURE,
+                    false,
+                    format!("cannot check: {}", errors.join("; ")),
+                ),
+                reason::GATE_ERROR,
+            )
+        } else {
+            (
+                status(
+                    gate::SIGNATURE,
+                    true,
+                    format!("{} image(s) signed by a trusted key", signatures.len()),
+                ),
+                SIGNATURE_MISSING,
+            )
+        };
+        push(&mut report, s, why);
+    }
     report
 }
 
@@ -386,6 +462,7 @@ mod tests {
                 namespace: "team-a".into(),
                 name: "my-api".into(),
             }),
+            signature: None,
             pinned: false,
         }
     }
@@ -435,6 +512,56 @@ mod tests {
             check: ImageCheck::Error("denied".into()),
         }]);
         assert_eq!(evaluate(&facts, ts(5000)).failing.unwrap().0, "GateError");
+    }
+
+    #[test]
+    fn the_signature_gate_names_unsigned_and_invalid_images() {
+        let fact = |reference: &str, check: SignatureCheck| SignatureFact {
+            reference: reference.into(),
+            check,
+        };
+        let only = |signature: Vec<SignatureFact>| GateFacts {
+            signature: Some(signature),
+            ..Default::default()
+        };
+        let report = evaluate(&only(vec![fact("r/x:v2", SignatureCheck::Verified)]), ts(0));
+        assert!(report.passed());
+        assert_eq!(report.gates[0].name, "signature");
+
+        let (reason, message) = evaluate(
+            &only(vec![
+                fact("r/x:v2", SignatureCheck::Verified),
+                fact("r/y:v2", SignatureCheck::Missing),
+            ]),
+            ts(0),
+        )
+        .failing
+        .unwrap();
+        assert_eq!(reason, "SignatureMissing");
+        assert!(
+            message.contains("r/y:v2") && !message.contains("r/x"),
+            "{message}"
+        );
+
+        let (reason, message) = evaluate(
+            &only(vec![
+                fact("r/y:v2", SignatureCheck::Missing),
+                fact("r/z:v2", SignatureCheck::Invalid("wrong key".into())),
+            ]),
+            ts(0),
+        )
+        .failing
+        .unwrap();
+        assert_eq!(reason, "SignatureInvalid");
+        assert!(message.contains("r/z:v2: wrong key"), "{message}");
+
+        let (reason, _) = evaluate(
+            &only(vec![fact("r/x:v2", SignatureCheck::Error("denied".into()))]),
+            ts(0),
+        )
+        .failing
+        .unwrap();
+        assert_eq!(reason, "GateError");
     }
 
     #[test]

@@ -26,6 +26,7 @@
 //! per repository per scan, see [`RegistryClient::list_tags_with_times`]), while sources
 //! whose listing already has push times (ECR) just list.
 
+pub mod artifacts;
 pub mod auth;
 pub mod distribution;
 pub mod dockerconfig;

@@ -48,9 +48,11 @@ pub(super) struct BatchConfig<'a> {
     pub fetched: &'a FetchTimes,
 }
 
-/// The head each (repository URL, branch) had when this process last fetched it, kept for
-/// `--git-read-reuse` (an empty cache when that is zero).
-pub(super) type FetchTimes = TtlCache<(String, String), git2::Oid>;
+/// The head each (repository URL, branch, credential fingerprint) had when this process last
+/// fetched it, kept for `--git-read-reuse` (an empty cache when that is zero). The
+/// credentials are part of the key: a head fetched with one tenant's credentials is never
+/// read for a watch whose own credentials did not fetch it.
+pub(super) type FetchTimes = TtlCache<(String, String, [u8; 32]), git2::Oid>;
 
 /// What a batch did, for the callers and for metrics.
 pub(super) struct BatchOutcome {
@@ -134,7 +136,11 @@ pub(super) fn write_batch(
     let mut rejections = 0;
     let mut attempt = 0;
     // Plan first on the head fetched moments ago, if there is one (see the module docs).
-    let fetched_key = (dest.url.to_string(), dest.branch.to_string());
+    let fetched_key = (
+        dest.url.to_string(),
+        dest.branch.to_string(),
+        dest.auth.fingerprint(),
+    );
     let mut reused = None;
     if dest.push_branch.is_none() {
         // The head that fetch saw, if the clone still holds it.

@@ -38,7 +38,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
 
 pub use message::{
@@ -210,7 +209,7 @@ pub struct WriterKey {
     /// Push branch, if any.
     pub push_branch: Option<String>,
     /// SHA-256 of the credentials (never the credentials themselves).
-    credentials: [u8; 32],
+    pub(super) credentials: [u8; 32],
 }
 
 impl WriterKey {
@@ -223,36 +222,9 @@ impl WriterKey {
                 .push_branch
                 .clone()
                 .filter(|p| !p.is_empty() && *p != request.branch),
-            credentials: fingerprint(&request.auth),
+            credentials: request.auth.fingerprint(),
         }
     }
-}
-
-fn fingerprint(auth: &GitAuth) -> [u8; 32] {
-    let mut h = Sha256::new();
-    let mut field = |s: &str| {
-        h.update((s.len() as u64).to_le_bytes());
-        h.update(s.as_bytes());
-    };
-    match auth {
-        GitAuth::Anonymous => field("anonymous"),
-        GitAuth::Basic { username, password } => {
-            field("basic");
-            field(username);
-            field(password);
-        }
-        GitAuth::Ssh {
-            private_key,
-            passphrase,
-            known_hosts,
-        } => {
-            field("ssh");
-            field(private_key);
-            field(passphrase.as_deref().unwrap_or(""));
-            field(known_hosts);
-        }
-    }
-    h.finalize().into()
 }
 
 /// An intent and where its answer goes.
@@ -369,7 +341,11 @@ impl GitWriter {
         // Already answered on the head fetched moments ago: nothing to read again.
         if !self.shared.options.reuse_fetch.is_zero() {
             let key = UnchangedKey::of(&request);
-            let branch = (request.url.clone(), request.branch.clone());
+            let branch = (
+                request.url.clone(),
+                request.branch.clone(),
+                key.writer.credentials,
+            );
             if key.writer.push_branch.is_none()
                 && let Some(head) = self.shared.fetched.get(&branch, Instant::now())
                 && let Some(result) = self.shared.unchanged.get(&key, &head.to_string())

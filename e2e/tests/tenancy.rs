@@ -1,0 +1,738 @@
+//! Tenants stay in their lane: one operator serves several namespaces (tenants), and nothing
+//! one tenant's credentials fetched is shown to another; the CRDs refuse Secret names that are
+//! paths and Git URLs that are not network remotes; a namespaced install can read nothing
+//! outside its namespaces; the admin's allow-list refuses what a namespace may not use.
+//!
+//! Every test runs the real operator binary under the chart's RBAC (rendered with
+//! `watchNamespaces`), against the ground's apiserver, registry and git server (which serves
+//! nothing without credentials: a watch without a git Secret cannot read it).
+
+use std::time::Duration;
+
+use imagewatch_crd::{ImageWatch, PromotionPolicy};
+use imagewatch_e2e::{
+    Ground, Operator, TestNamespace,
+    ground::random_suffix,
+    operator::metric,
+    setup::{create_git_secret, create_secret, ready},
+    wait_until,
+};
+use kube::Api;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The part of Argo CD's Application CRD the operator reads (preserving unknown fields).
+const APPLICATION_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: applications.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+fn watch_yaml(ns: &str, name: &str, git: &str, secret_ref: &str) -> String {
+    format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  image: registry.example.com/my-api
+  git: {{url: "{git}"{secret_ref}}}
+  target:
+    workload: {{path: apps/x, kind: Deployment, name: x, container: x}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> {
+    let ground = Ground::get()?;
+    ground.install_crds()?;
+    let ns = TestNamespace::create(ground, "tenant-apply").await?;
+    let refused = [
+        (
+            "https://git.example.com/org/m.git",
+            ", secretRef: {name: team-b/b-git}",
+            "secretRef.name",
+        ),
+        (
+            "https://git.example.com/org/m.git",
+            ", secretRef: {name: ../..}",
+            "secretRef.name",
+        ),
+        (
+            "https://git.example.com/org/m.git",
+            ", secretRef: {name: Git-Creds}",
+            "secretRef.name",
+        ),
+        ("file:///var/cache/imagewatch/git/x", "", "file://"),
+        ("/var/cache/imagewatch/git/x", "", "file://"),
+        ("ext::sh -c touch% /tmp/pwned", "", "file://"),
+        ("git://git.example.com/org/m.git", "", "file://"),
+        ("https://-oProxyCommand=x/m.git", "", "file://"),
+    ];
+    for (i, (url, secret_ref, expected)) in refused.iter().enumerate() {
+        let yaml = watch_yaml(&ns.name, &format!("bad-{i}"), url, secret_ref);
+        let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
+        assert!(!ok, "{url} {secret_ref}: was accepted");
+        assert!(out.contains(expected), "{url} {secret_ref}: {out}");
+    }
+    let accepted = [
+        "https://git.example.com/org/m.git",
+        "http://127.0.0.1:8080/m.git",
+        "ssh://git@git.example.com:2222/org/m.git",
+        "git@github.com:org/m.git",
+    ];
+    for (i, url) in accepted.iter().enumerate() {
+        let yaml = watch_yaml(
+            &ns.name,
+            &format!("good-{i}"),
+            url,
+            ", secretRef: {name: git-creds.v2}",
+        );
+        let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
+        assert!(ok, "{url}: refused: {out}");
+    }
+    Ok(())
+}
+
+/// Three namespaces (the operator's, team-a's, team-b's) and an Argo CD namespace; the
+/// operator runs as its ServiceAccount under the chart's RBAC rendered with
+/// `watchNamespaces: [team-a, team-b]`.
+struct Tenants {
+    ground: &'static Ground,
+    op: TestNamespace,
+    a: TestNamespace,
+    b: TestNamespace,
+    argocd: TestNamespace,
+    operator: Operator,
+    account: String,
+}
+
+impl Tenants {
+    async fn start(extra: &[&str], set: &[&str]) -> anyhow::Result<Self> {
+        let ground = Ground::get()?;
+        ground.install_crds()?;
+        ground.kubectl_try(&["apply", "-f", "-"], Some(APPLICATION_CRD))?;
+        ground.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/applications.argoproj.io",
+        ])?;
+        let op = TestNamespace::create(ground, "tenant-op").await?;
+        let a = TestNamespace::create(ground, "team-a").await?;
+        let b = TestNamespace::create(ground, "team-b").await?;
+        let argocd = TestNamespace::create(ground, "tenant-argocd").await?;
+        let release = format!("iw-{}", op.name);
+        let watched = format!("watchNamespaces={{{},{}}}", a.name, b.name);
+        let argocd_ns = format!("argocd.namespace={}", argocd.name);
+        let mut values = vec![watched.as_str(), argocd_ns.as_str()];
+        values.extend(set);
+        ground.install_chart_rbac_with(&release, &op.name, &values)?;
+        let account = format!("{release}-imagewatch");
+        let (kubeconfig, _) = op.service_account(ground, &account).await?;
+        let admin = ground.admin().await?;
+        let registry = ground.registry()?;
+        for ns in [&a.name, &b.name] {
+            create_secret(
+                &admin,
+                ns,
+                "regcred",
+                "kubernetes.io/dockerconfigjson",
+                &[(".dockerconfigjson", &registry.dockerconfigjson())],
+            )
+            .await?;
+        }
+        let namespaces = format!("{},{}", a.name, b.name);
+        let mut flags = vec![
+            "--insecure-registry",
+            registry.host.as_str(),
+            "--namespace",
+            namespaces.as_str(),
+            "--argocd-namespace",
+            argocd.name.as_str(),
+            "--pod-namespace",
+            op.name.as_str(),
+            "--git-read-reuse",
+            "60s",
+        ];
+        let extra: Vec<String> = extra
+            .iter()
+            .map(|e| e.replace("{account}", &account))
+            .collect();
+        flags.extend(extra.iter().map(String::as_str));
+        let operator = Operator::start(ground, &op.name, &kubeconfig, &flags)?;
+        Ok(Self {
+            ground,
+            op,
+            a,
+            b,
+            argocd,
+            operator,
+            account,
+        })
+    }
+
+    fn apply(&self, yaml: &str) -> anyhow::Result<()> {
+        let (ok, out) = self.ground.kubectl_try(&["apply", "-f", "-"], Some(yaml))?;
+        anyhow::ensure!(ok, "kubectl apply failed: {out}");
+        Ok(())
+    }
+
+    async fn wait_reason(&self, ns: &str, name: &str, reason: &str) -> anyhow::Result<ImageWatch> {
+        let api: Api<ImageWatch> = Api::namespaced(self.ground.admin().await?, ns);
+        wait_until(&format!("{ns}/{name} reason {reason}"), TIMEOUT, || async {
+            let w = api.get(name).await?;
+            Ok(ready(&w).filter(|(_, r, _)| r == reason).map(|_| w))
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", self.operator.log_tail(40)))
+    }
+
+    /// `kubectl auth can-i` as the operator's ServiceAccount.
+    fn can_i(&self, args: &[&str]) -> anyhow::Result<bool> {
+        let who = format!("system:serviceaccount:{}:{}", self.op.name, self.account);
+        let mut all = vec!["auth", "can-i", "--as", who.as_str()];
+        all.extend(args);
+        let (_, out) = self.ground.kubectl_try(&all, None)?;
+        Ok(out.trim_start().starts_with("yes"))
+    }
+}
+
+/// A seed repository whose Deployment runs `image:v1.0.0`, with a marker line only its
+/// readers can know.
+fn seed(image: &str, marker: &str) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    let apps = dir.path().join("apps/b");
+    std::fs::create_dir_all(&apps)?;
+    std::fs::write(
+        apps.join("deployment.yaml"),
+        format!(
+            "# {marker}\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\nspec:\n  template:\n    spec:\n      containers:\n        - name: api\n          image: {image}:v1.0.0\n"
+        ),
+    )?;
+    Ok(dir)
+}
+
+#[tokio::test]
+async fn a_tenant_never_sees_another_tenants_repository() -> anyhow::Result<()> {
+    let t = Tenants::start(&[], &[]).await?;
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
+
+    // Namespaced install: the ServiceAccount reads Secrets in its namespaces only, and nothing
+    // at cluster scope.
+    assert!(t.can_i(&["get", "secrets", "-n", &a])?);
+    assert!(t.can_i(&["list", "imagewatches.imagewatch.dev", "-n", &b])?);
+    assert!(!t.can_i(&["get", "secrets", "-n", "default"])?);
+    assert!(!t.can_i(&["get", "secrets", "-n", &t.argocd.name])?);
+    assert!(!t.can_i(&["list", "imagewatches.imagewatch.dev", "--all-namespaces"])?);
+    assert!(!t.can_i(&["get", "secrets", "--all-namespaces"])?);
+    assert!(!t.can_i(&["create", "events.events.k8s.io", "-n", "default"])?);
+
+    // team-b: a private repository, read and written with team-b's credentials.
+    let registry = t.ground.registry()?;
+    let git = t.ground.git()?;
+    let image_repo = format!("e2e/tenant-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let marker = format!("team-b-secret-{}", random_suffix());
+    let repo = format!("tenant-b-{}", random_suffix());
+    let url = git.new_repo(&repo, seed(&image, &marker)?.path())?;
+    let head = git.git(&repo, &["rev-parse", "main"])?.trim().to_string();
+    let admin = t.ground.admin().await?;
+    create_git_secret(&admin, &b, &git).await?;
+    let target = "target: {workload: {path: apps/b, kind: Deployment, name: api, container: api}}";
+    t.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: b-api, namespace: {b}}}
+spec:
+  image: {image}
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  {target}
+"#
+    ))?;
+    t.wait_reason(&b, "b-api", "UpToDate").await?;
+
+    // team-b's Argo CD Applications: one in Argo CD's namespace, one in team-b's own.
+    for (app_ns, name) in [(t.argocd.name.as_str(), "b-app"), (b.as_str(), "b-own")] {
+        t.apply(&format!(
+            r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}, namespace: {app_ns}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: ""}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
+"#
+        ))?;
+    }
+
+    // team-a, without credentials for that repository: by URL, and by naming team-b's
+    // Applications in a tracking annotation (both forms) or an instance label.
+    let watch = |name: &str, meta: &str, git: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: {name}
+  namespace: {a}
+{meta}
+spec:
+  image: {image}
+  credentials: {{secretRef: {{name: regcred}}}}
+{git}
+  {target}
+"#
+        )
+    };
+    t.apply(&watch("by-url", "", &format!("  git: {{url: \"{url}\"}}")))?;
+    t.apply(&watch(
+        "by-annotation",
+        &format!(
+            "  annotations: {{argocd.argoproj.io/tracking-id: \"b-app:imagewatch.dev/ImageWatch:{a}/by-annotation\"}}"
+        ),
+        "",
+    ))?;
+    t.apply(&watch(
+        "by-namespaced-annotation",
+        &format!(
+            "  annotations: {{argocd.argoproj.io/tracking-id: \"{b}_b-own:imagewatch.dev/ImageWatch:{a}/x\"}}"
+        ),
+        "",
+    ))?;
+    t.apply(&watch(
+        "by-label",
+        "  labels: {app.kubernetes.io/instance: b-app}",
+        "",
+    ))?;
+
+    let by_url = t.wait_reason(&a, "by-url", "GitError").await?;
+    let mut seen = vec![serde_json::to_string(&by_url.status)?];
+    for name in ["by-annotation", "by-namespaced-annotation", "by-label"] {
+        let w = t.wait_reason(&a, name, "NotAllowed").await?;
+        let status = serde_json::to_string(&w.status)?;
+        assert!(
+            !status.contains(&url),
+            "{name} shows team-b's URL: {status}"
+        );
+        assert!(
+            !status.contains(&repo),
+            "{name} shows team-b's repository: {status}"
+        );
+        seen.push(status);
+    }
+    // The Events of team-a's namespace, once every watch has reported.
+    seen.push(
+        t.ground
+            .kubectl(&["get", "events.events.k8s.io", "-n", &a, "-o", "json"])?,
+    );
+    for text in &seen {
+        assert!(
+            !text.contains(&marker),
+            "team-b's file content shown to team-a: {text}"
+        );
+        assert!(
+            !text.contains(&head),
+            "team-b's head commit shown to team-a: {text}"
+        );
+        assert!(
+            !text.contains(&head[..12]),
+            "team-b's head commit shown to team-a: {text}"
+        );
+    }
+    let by_url_status = serde_json::to_value(&by_url.status)?;
+    assert!(by_url_status["applied"].is_null(), "{by_url_status}");
+
+    // team-b is still served, and team-a's attempts changed nothing in team-b's repository.
+    t.wait_reason(&b, "b-api", "UpToDate").await?;
+    assert_eq!(git.commit_count(&repo, "main")?, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_allow_list_refuses_what_a_namespace_may_not_use() -> anyhow::Result<()> {
+    // The chart's name for the ConfigMap, <fullname>-allow: its RBAC grants that one.
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true"],
+    )
+    .await?;
+    let configmap = format!("{}-allow", t.account);
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
+    let registry = t.ground.registry()?;
+    let git = t.ground.git()?;
+    let image_repo = format!("e2e/allow-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let repo = format!("allow-a-{}", random_suffix());
+    let url = git.new_repo(&repo, seed(&image, "team-a")?.path())?;
+    let admin = t.ground.admin().await?;
+    create_git_secret(&admin, &a, &git).await?;
+    // team-a may use its repository, but only under apps/a; team-b has no rule.
+    let allow = |paths: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {configmap}, namespace: {op}}}
+data:
+  allow.yaml: |
+    rules:
+      - name: team-a-rule
+        namespaces: [{a}]
+        git: [{{urlPrefix: "{prefix}", paths: [{paths}]}}]
+        registries: ["{host}/e2e"]
+"#,
+            op = t.op.name,
+            prefix = git.base_url,
+            host = registry.host
+        )
+    };
+    t.apply(&allow("apps/a"))?;
+    let watch = |ns: &str, name: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  image: {image}
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target: {{workload: {{path: apps/b, kind: Deployment, name: api, container: api}}}}
+"#
+        )
+    };
+    t.apply(&watch(&a, "api"))?;
+    t.apply(&watch(&b, "api"))?;
+
+    let w = t.wait_reason(&a, "api", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains("team-a-rule") && message.contains("apps/b"),
+        "{message}"
+    );
+    let w = t.wait_reason(&b, "api", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains(&b) && message.contains("no rule"),
+        "{message}"
+    );
+    // Nothing was read: no clone of the repository in the operator's cache.
+    let clones = std::fs::read_dir(t.operator.cache_dir.join("git"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(clones, 0, "a refused watch left a clone");
+    let events = t
+        .ground
+        .kubectl(&["get", "events.events.k8s.io", "-n", &a, "-o", "json"])?;
+    assert!(events.contains("NotAllowed"), "{events}");
+    let metrics = t.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"path\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"namespace\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+
+    // The admin widens the rule: the change is picked up without touching the watch.
+    t.apply(&allow("apps/a, apps/b"))?;
+    t.wait_reason(&a, "api", "UpToDate").await?;
+    assert_eq!(
+        ready(&t.wait_reason(&b, "api", "NotAllowed").await?).map(|r| r.0),
+        Some("False".to_string())
+    );
+    Ok(())
+}
+
+/// Argo CD's AppProject, as far as the operator reads it.
+const APPPROJECT_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: appprojects.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: AppProject, plural: appprojects, singular: appproject}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test]
+async fn the_argocd_project_mode_takes_git_allowances_from_the_app_project() -> anyhow::Result<()> {
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true"],
+    )
+    .await?;
+    t.apply(APPPROJECT_CRD)?;
+    t.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/appprojects.argoproj.io",
+    ])?;
+    let a = t.a.name.clone();
+    let argocd = t.argocd.name.clone();
+    let registry = t.ground.registry()?;
+    let git = t.ground.git()?;
+    let image_repo = format!("e2e/project-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let suffix = random_suffix();
+    let allowed = git.new_repo(&format!("proj-allowed-{suffix}"), seed(&image, "a")?.path())?;
+    let other = git.new_repo(&format!("proj-other-{suffix}"), seed(&image, "a")?.path())?;
+    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {account}-allow, namespace: {op}}}
+data:
+  allow.yaml: |
+    gitFrom: ArgocdProject
+    rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {{name: team-a, namespace: {argocd}}}
+spec:
+  sourceRepos: ["{base}/proj-allowed-*"]
+  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-app, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{allowed}", targetRevision: HEAD, path: ""}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+"#,
+        account = t.account,
+        op = t.op.name,
+        base = git.base_url,
+    ))?;
+    let watch = |name: &str, url: &str, managed: bool| {
+        let annotations = if managed {
+            format!(
+                "\n  annotations: {{argocd.argoproj.io/tracking-id: \"a-app:imagewatch.dev/ImageWatch:{a}/{name}\"}}"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: {name}
+  namespace: {a}{annotations}
+spec:
+  image: {image}
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target: {{workload: {{path: apps/b, kind: Deployment, name: api, container: api}}}}
+"#
+        )
+    };
+    t.apply(&watch("in-project", &allowed, true))?;
+    t.apply(&watch("outside-project", &other, true))?;
+    t.apply(&watch("unmanaged", &allowed, false))?;
+    t.wait_reason(&a, "in-project", "UpToDate").await?;
+    let w = t.wait_reason(&a, "outside-project", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains("sourceRepos") && message.contains("AppProject team-a"),
+        "{message}"
+    );
+    let w = t.wait_reason(&a, "unmanaged", "NotAllowed").await?;
+    let message = ready(&w).map(|r| r.2).unwrap_or_default();
+    assert!(
+        message.contains("no Argo CD Application manages"),
+        "{message}"
+    );
+    let metrics = t.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"argocd_project\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+    Ok(())
+}
+
+/// With `gitFrom: ArgocdProject`, a PromotionPolicy's target path is admitted only when every
+/// Argo CD Application deploying it goes to a destination of the AppProject of the
+/// Application managing the policy.
+#[tokio::test]
+async fn the_argocd_project_mode_checks_a_promotion_target_against_its_destinations()
+-> anyhow::Result<()> {
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true", "allowList.gitFrom=ArgocdProject"],
+    )
+    .await?;
+    t.apply(APPPROJECT_CRD)?;
+    t.ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/appprojects.argoproj.io",
+    ])?;
+    anyhow::ensure!(
+        t.can_i(&["list", "applications.argoproj.io", "-n", &t.argocd.name])?,
+        "the chart grants list on Applications in Argo CD's namespace for gitFrom: ArgocdProject"
+    );
+    let (a, b, argocd) = (t.a.name.clone(), t.b.name.clone(), t.argocd.name.clone());
+    let git = t.ground.git()?;
+    let dir = tempfile::tempdir()?;
+    for (overlay, tag) in [
+        ("staging", "v2.0.0"),
+        ("production", "v1.0.0"),
+        ("team-b", "v1.0.0"),
+    ] {
+        let path = dir.path().join("overlays").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
+            ),
+        )?;
+    }
+    let name = format!("dest-allowed-{}", random_suffix());
+    let url = git.new_repo(&name, dir.path())?;
+    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {account}-allow, namespace: {op}}}
+data:
+  allow.yaml: |
+    gitFrom: ArgocdProject
+    rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {{name: team-a, namespace: {argocd}}}
+spec:
+  sourceRepos: ["{base}/dest-allowed-*"]
+  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-meta, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: meta}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: a-prd, namespace: {argocd}}}
+spec:
+  project: team-a
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/production}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: b-prd, namespace: {argocd}}}
+spec:
+  project: team-b
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/team-b}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
+"#,
+        account = t.account,
+        op = t.op.name,
+        base = git.base_url,
+    ))?;
+    let policy = |name: &str, to: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata:
+  name: {name}
+  namespace: {a}
+  annotations: {{argocd.argoproj.io/tracking-id: "a-meta:imagewatch.dev/PromotionPolicy:{a}/{name}"}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: {to}
+  mode: Commit
+  interval: 10s
+"#
+        )
+    };
+    t.apply(&policy("to-own", "overlays/production"))?;
+    t.apply(&policy("to-other", "overlays/team-b"))?;
+    let api: Api<PromotionPolicy> = Api::namespaced(t.ground.admin().await?, &a);
+    let wait = |name: &'static str, reason: &'static str| {
+        let api = api.clone();
+        async move {
+            wait_until(
+                &format!("{name} Ready reason {reason}"),
+                TIMEOUT,
+                || async {
+                    let p = api.get(name).await?;
+                    let c = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                        .cloned();
+                    Ok(c.filter(|c| c.reason == reason))
+                },
+            )
+            .await
+        }
+    };
+    wait("to-own", "Committed")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    let refused = wait("to-other", "NotAllowed")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        refused
+            .message
+            .contains("destinations of Argo CD AppProject team-a"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        git.show(&name, "main", "overlays/team-b/kustomization.yaml")?
+            .contains("newTag: v1.0.0"),
+        "team-b's overlay untouched"
+    );
+    assert!(
+        git.show(&name, "main", "overlays/production/kustomization.yaml")?
+            .contains("newTag: v2.0.0")
+    );
+    Ok(())
+}
