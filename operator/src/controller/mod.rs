@@ -221,7 +221,7 @@ impl Context {
             return;
         };
         // The cache is complete once the first list is in; reconciles may start before.
-        if tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
+        if tokio::time::timeout(Duration::from_secs(30), store_ready(store))
             .await
             .is_err()
         {
@@ -440,7 +440,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let store = controller.store();
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
+            if store_ready(&store).await {
                 metrics.readiness.met(IMAGEWATCH_CACHE);
             }
         });
@@ -509,6 +509,24 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// Waits until `store` holds its first list; false when its writer is gone first.
+///
+/// `Store::wait_until_ready` wakes only the last of several waiting tasks (it polls one
+/// oneshot receiver, which keeps a single waker), and the controller's own runner waits on
+/// it too; so each wait here is bounded and repeated.
+pub async fn store_ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: 'static + Clone + kube::runtime::reflector::Lookup,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_) => continue,
+        }
     }
 }
 

@@ -189,7 +189,7 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
     {
         let store = store.clone();
         tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
+            if super::store_ready(&store).await {
                 metrics.readiness.met(POLICY_CACHE);
             }
         });
