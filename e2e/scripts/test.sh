@@ -8,6 +8,8 @@ set -euo pipefail
 COMPONENT=test
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+# The operator never asks the EC2 instance metadata address (nothing leaves loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 e2e_only=0
 [[ ${1:-} == --e2e-only ]] && { e2e_only=1; shift; }

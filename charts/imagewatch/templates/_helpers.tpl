@@ -31,3 +31,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- dict "registries" .Values.registries | toYaml -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A bind address as the host part of host:port (IPv6 in brackets).
+*/}}
+{{- define "imagewatch.bindHost" -}}
+{{- if contains ":" . -}}[{{ . }}]{{- else -}}{{ . }}{{- end -}}
+{{- end }}
