@@ -23,6 +23,9 @@ DIR="$STATE/image"
 REPOSITORY=imagewatch
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
 BINARY="$TARGET/release/imagewatch"
+# A binary built already (tests run under `cargo test`, which holds the target dir's lock):
+# used as is, without `cargo build`.
+PREBUILT=${IMAGEWATCH_RELEASE_BINARY:-}
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 default_tag() {
@@ -35,8 +38,13 @@ TAG=${IMAGEWATCH_IMAGE_TAG:-$(default_tag)}
 
 cmd_build() {
   local out=${1:-$DIR/oci}
-  log "cargo build --release -p imagewatch"
-  (cd "$REPO" && cargo build -q --release --locked -p imagewatch) >&2 || die "release build failed"
+  if [[ -n $PREBUILT ]]; then
+    [[ -x $PREBUILT ]] || die "IMAGEWATCH_RELEASE_BINARY=$PREBUILT is not an executable"
+    BINARY=$PREBUILT
+  else
+    log "cargo build --release -p imagewatch"
+    (cd "$REPO" && cargo build -q --release --locked -p imagewatch) >&2 || die "release build failed"
+  fi
   [[ -x $BINARY ]] || die "no $BINARY after the build"
   [[ -s $CA_BUNDLE ]] || die "no CA bundle at $CA_BUNDLE (package ca-certificates)"
   local rootfs="$DIR/rootfs"

@@ -24,6 +24,8 @@ if ((!e2e_only)); then
   cargo clippy --workspace --all-targets -- -D warnings
 fi
 cargo build --workspace --all-targets
+# The release binary, once: the chart, release image and install tests use it.
+cargo build --release --locked -p imagewatch
 log "starting the test ground"
 eval "$("$SCRIPTS_DIR/testground.sh" up)"
 trap '"$SCRIPTS_DIR/testground.sh" down >/dev/null || true' EXIT
