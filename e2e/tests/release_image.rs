@@ -39,7 +39,7 @@ fn dockerfile_image() -> anyhow::Result<DockerfileImage> {
     };
     let json_list = |name: &str| -> anyhow::Result<Vec<String>> {
         let raw = instruction(name).with_context(|| format!("no {name}"))?;
-        Ok(serde_json::from_str(&raw).with_context(|| format!("{name} is not exec form"))?)
+        serde_json::from_str(&raw).with_context(|| format!("{name} is not exec form"))
     };
     let copy = instruction("COPY").context("no COPY in the runtime stage")?;
     let binary = copy
