@@ -35,13 +35,29 @@ unit:
 e2e *args:
     e2e/scripts/test.sh --e2e-only "$@"
 
-# Start the real control plane (etcd + kube-apiserver); prints `export KUBECONFIG=…` last.
+# Start the real control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler) and one node (containerd + kubelet); prints `export KUBECONFIG=…` last.
+# A part that fails is named, with its log tail. IMAGEWATCH_E2E_NODE=0: no node.
 cluster-up:
     e2e/scripts/controlplane.sh up
+    if [[ ${IMAGEWATCH_E2E_NODE:-1} == 1 ]]; then e2e/scripts/node.sh up >/dev/null; fi
+    e2e/scripts/controlplane.sh env
 
-# Stop the control plane.
+# Stop the node and the control plane: every process, the kubelet's mounts, the Pods'
+# cgroups; the kernel settings the kubelet changed are restored.
 cluster-down:
+    e2e/scripts/node.sh down
     e2e/scripts/controlplane.sh down
+
+# Build the release binary, assemble the release OCI image without Docker, push it to the
+# ground's registry (`just testground-up` first); prints the reference.
+image:
+    e2e/scripts/image.sh push
+
+# `helm install --wait` of charts/imagewatch on the ground's node with the image of
+# `just image`, using chart values only; prints `kubectl get pods`.
+install *args:
+    e2e/scripts/install.sh "$@"
 
 # Start the whole test ground (control plane, registry, moto, git server).
 testground-up:

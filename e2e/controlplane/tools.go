@@ -1,9 +1,12 @@
 //go:build tools
 
-// Package tools pins the control-plane binaries built for the e2e test ground.
+// Package tools pins the control-plane and node binaries built for the e2e test ground.
 package tools
 
 import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

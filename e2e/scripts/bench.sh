@@ -14,6 +14,8 @@ set -euo pipefail
 COMPONENT=bench
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+# The operator never asks the EC2 instance metadata address (nothing leaves loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 "$SCRIPTS_DIR/deps.sh"
 "$SCRIPTS_DIR/helm.sh" build

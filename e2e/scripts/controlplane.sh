@@ -13,8 +13,13 @@
 #                                      returns once /readyz answers ok
 #   controlplane.sh restart-apiserver  both (fault tests: clients' watches must resume)
 #
-# There is no kube-controller-manager, scheduler or kubelet. Consequences the
-# tests must live with:
+# With a node (IMAGEWATCH_E2E_NODE=1, the default; see node.sh) `up` also starts
+# kube-controller-manager and kube-scheduler, and the ServiceAccount admission plugin is on:
+# Deployments get Pods, namespaces finalize, garbage collection and the default
+# ServiceAccounts (and their projected tokens) work as in any cluster.
+#
+# With IMAGEWATCH_E2E_NODE=0 there is no kube-controller-manager, scheduler or kubelet.
+# Consequences the tests must then live with:
 #   - Deployments/ReplicaSets never get pods; namespaces stuck in Terminating
 #     never finalize (the namespace controller is not running), so use fresh
 #     namespace names rather than deleting and re-creating one.
@@ -38,6 +43,7 @@ LOGS="$DIR/logs"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 # Bump when the build command below changes in a way that needs a rebuild.
 BUILD_RECIPE=1
+WITH_NODE=${IMAGEWATCH_E2E_NODE:-1}
 
 go_bin() {
   local go
@@ -56,6 +62,31 @@ build_stamp() {
   } | sha256sum | cut -d' ' -f1
 }
 
+# go_build_bins NAME... : build k8s.io/kubernetes/cmd/NAME (and etcd for NAME=etcd) into
+# $BIN from the pinned module, stamped with the Kubernetes version.
+go_build_bins() {
+  local go=$1
+  shift
+  local kver major minor ldflags name
+  kver=$(cd "$MODDIR" && GOTOOLCHAIN=local "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
+  major=$(sed -E 's/^v([0-9]+)\..*/\1/' <<<"$kver")
+  minor=$(sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/' <<<"$kver")
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  (
+    cd "$MODDIR"
+    export GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOPROXY=${GOPROXY:-https://proxy.golang.org}
+    GOPROXY=${GOPROXY%%,*}
+    for name in "$@"; do
+      if [[ $name == etcd ]]; then
+        "$go" build -trimpath -ldflags "-s -w" -o "$BIN/etcd.new" go.etcd.io/etcd/server/v3
+      else
+        "$go" build -trimpath -ldflags "$ldflags" -o "$BIN/$name.new" "k8s.io/kubernetes/cmd/$name"
+      fi
+    done
+  ) >&2 || die "go build of $* failed"
+  for name in "$@"; do mv -f "$BIN/$name.new" "$BIN/$name"; done
+}
+
 cmd_build() {
   local go stamp
   go=$(go_bin)
@@ -64,23 +95,28 @@ cmd_build() {
     return 0
   fi
   mkdir -p "$BIN"
-  local kver
-  kver=$(cd "$MODDIR" && GOTOOLCHAIN=local "$go" list -m -f '{{.Version}}' k8s.io/kubernetes)
-  local major minor
-  major=$(sed -E 's/^v([0-9]+)\..*/\1/' <<<"$kver")
-  minor=$(sed -E 's/^v[0-9]+\.([0-9]+)\..*/\1/' <<<"$kver")
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  log "building kube-apiserver $kver and etcd (first build takes a while)"
+  log "building kube-apiserver and etcd (first build takes a while)"
   local t0=$SECONDS
-  (
-    cd "$MODDIR"
-    export GOTOOLCHAIN=local GOFLAGS=-mod=readonly
-    "$go" build -trimpath -ldflags "$ldflags" -o "$BIN/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver
-    "$go" build -trimpath -ldflags "-s -w" -o "$BIN/etcd.new" go.etcd.io/etcd/server/v3
-  ) >&2 || die "go build failed"
-  mv -f "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
-  mv -f "$BIN/etcd.new" "$BIN/etcd"
+  go_build_bins "$go" kube-apiserver etcd
   echo "$stamp" >"$BIN/.stamp"
+  log "built in $((SECONDS - t0))s into $BIN"
+}
+
+# The node's binaries (kubelet, kube-controller-manager, kube-scheduler): same pins, own stamp,
+# so that a ground without a node never builds them.
+cmd_build_node() {
+  local go stamp
+  go=$(go_bin)
+  stamp=$(build_stamp "$go")
+  if [[ -x $BIN/kubelet && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler &&
+    -f $BIN/.node-stamp && $(<"$BIN/.node-stamp") == "$stamp" ]]; then
+    return 0
+  fi
+  mkdir -p "$BIN"
+  log "building kubelet, kube-controller-manager and kube-scheduler (about 3 CPU-minutes warm)"
+  local t0=$SECONDS
+  go_build_bins "$go" kubelet kube-controller-manager kube-scheduler
+  echo "$stamp" >"$BIN/.node-stamp"
   log "built in $((SECONDS - t0))s into $BIN"
 }
 
@@ -171,7 +207,8 @@ apiserver_ready() {
 
 healthy() {
   is_running etcd && is_running kube-apiserver && [[ -s $KUBECONFIG_FILE ]] &&
-    etcd_healthy && apiserver_ready
+    etcd_healthy && apiserver_ready &&
+    { ((!WITH_NODE)) || { is_running kube-controller-manager && is_running kube-scheduler; }; }
 }
 
 print_env() { echo "export KUBECONFIG=$KUBECONFIG_FILE"; }
@@ -224,8 +261,10 @@ cmd_up() {
     --log-level=warn
   wait_for etcd "$LOGS/etcd.log" 60 etcd_healthy
 
+  ((WITH_NODE)) && cmd_build_node
   start_apiserver "$ecp" "$ap"
   write_kubeconfig "$ap"
+  ((WITH_NODE)) && start_controllers
 
   # No controller-manager: create the default ServiceAccount ourselves
   # (201 created, 409 already there; retried while namespace `default` is
@@ -249,6 +288,8 @@ cmd_up() {
 start_apiserver() {
   local ecp=$1 ap=$2
   local issuer=https://kubernetes.default.svc.cluster.local
+  local admission=(--disable-admission-plugins=ServiceAccount)
+  ((WITH_NODE)) && admission=(--enable-admission-plugins=ServiceAccount)
   log "starting kube-apiserver (https://127.0.0.1:$ap)"
   start_bg kube-apiserver "$LOGS/kube-apiserver.log" "$BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ecp" \
@@ -265,19 +306,60 @@ start_apiserver() {
     --api-audiences="$issuer" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
+    "${admission[@]}" \
     --endpoint-reconciler-type=none \
     --cert-dir="$DIR/apiserver-certs" \
     --profiling=false
   wait_for kube-apiserver "$LOGS/kube-apiserver.log" 180 apiserver_ready
 }
 
+# kube-controller-manager and kube-scheduler, with the admin identity, on loopback.
+start_controllers() {
+  local kcm sched
+  kcm=$(pick_port "$DIR/controller-manager.port")
+  sched=$(pick_port "$DIR/scheduler.port")
+  while [[ $sched == "$kcm" ]]; do sched=$(free_port); echo "$sched" >"$DIR/scheduler.port"; done
+  log "starting kube-controller-manager and kube-scheduler"
+  start_bg kube-controller-manager "$LOGS/kube-controller-manager.log" "$BIN/kube-controller-manager" \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --authentication-kubeconfig="$KUBECONFIG_FILE" \
+    --authorization-kubeconfig="$KUBECONFIG_FILE" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$kcm" \
+    --cert-dir="$DIR/controller-manager-certs" \
+    --leader-elect=false \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=false \
+    --controllers='*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller' \
+    --profiling=false
+  start_bg kube-scheduler "$LOGS/kube-scheduler.log" "$BIN/kube-scheduler" \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --authentication-kubeconfig="$KUBECONFIG_FILE" \
+    --authorization-kubeconfig="$KUBECONFIG_FILE" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$sched" \
+    --cert-dir="$DIR/scheduler-certs" \
+    --leader-elect=false \
+    --profiling=false
+  wait_for kube-controller-manager "$LOGS/kube-controller-manager.log" 60 component_healthy "$kcm"
+  wait_for kube-scheduler "$LOGS/kube-scheduler.log" 60 component_healthy "$sched"
+}
+
+component_healthy() {
+  [[ $(curl -sk --max-time 3 "https://127.0.0.1:$1/healthz") == ok ]]
+}
+
 cmd_down() {
+  stop_bg kube-scheduler
+  stop_bg kube-controller-manager
   stop_bg kube-apiserver
   stop_bg etcd
   local ok=0
   assert_gone kube-apiserver "--tls-cert-file=$PKI/apiserver.crt" || ok=1
   assert_gone etcd "--data-dir=$DIR/etcd-data" || ok=1
+  assert_gone kube-controller-manager "--cert-dir=$DIR/controller-manager-certs" || ok=1
+  assert_gone kube-scheduler "--cert-dir=$DIR/scheduler-certs" || ok=1
   return $ok
 }
 
@@ -322,6 +404,7 @@ cmd_env() {
 
 case ${1:-} in
 build) cmd_build ;;
+build-node) cmd_build_node ;;
 up) cmd_up ;;
 down) cmd_down ;;
 env) cmd_env ;;

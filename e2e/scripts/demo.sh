@@ -12,6 +12,8 @@ set -euo pipefail
 COMPONENT=demo
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+# The operator never asks the EC2 instance metadata address (nothing leaves loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 

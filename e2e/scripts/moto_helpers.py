@@ -11,7 +11,8 @@ Commands (JSON or a single value is printed on stdout):
                                              whose digest depends on NAME:TAG or TEXT)
   describe-images NAME                    -> JSON list (tags, digest, imagePushedAt)
   auth-token                              -> JSON of GetAuthorizationToken
-  create-queue NAME                       -> QueueUrl
+  create-queue NAME [VISIBILITY_S]        -> QueueUrl
+  queue-depth QUEUE_URL                   -> "<visible> <in flight>" message counts
   receive QUEUE_URL [--wait S]            -> JSON list of message bodies (deleted)
   route-ecr-events RULE QUEUE_URL         -> rule ARN; EventBridge rule matching
                                              source aws.ecr / "ECR Image Action"
@@ -22,6 +23,7 @@ Commands (JSON or a single value is printed on stdout):
                                           -> SQS SendMessage of the same event
                                              envelope (what an EventBridge->SQS
                                              target would deliver); MessageId
+  send-push-messages QUEUE_URL NAME COUNT -> COUNT such messages, tags v0..v<COUNT-1>
 """
 import argparse
 import datetime
@@ -107,7 +109,9 @@ def main():
     p = sub.add_parser("put-image"); p.add_argument("name"); p.add_argument("tag"); p.add_argument("--content")
     p = sub.add_parser("describe-images"); p.add_argument("name")
     sub.add_parser("auth-token")
-    p = sub.add_parser("create-queue"); p.add_argument("name")
+    p = sub.add_parser("create-queue"); p.add_argument("name"); p.add_argument("visibility", nargs="?")
+    p = sub.add_parser("queue-depth"); p.add_argument("queue_url")
+    p = sub.add_parser("send-push-messages"); p.add_argument("queue_url"); p.add_argument("name"); p.add_argument("count", type=int)
     p = sub.add_parser("receive"); p.add_argument("queue_url"); p.add_argument("--wait", type=int, default=1)
     p = sub.add_parser("route-ecr-events"); p.add_argument("rule"); p.add_argument("queue_url")
     p = sub.add_parser("put-push-event"); p.add_argument("name"); p.add_argument("tag"); p.add_argument("digest", nargs="?")
@@ -140,7 +144,21 @@ def main():
         r = client("ecr").get_authorization_token()
         print(json.dumps(r["authorizationData"], default=str))
     elif args.cmd == "create-queue":
-        print(client("sqs").create_queue(QueueName=args.name)["QueueUrl"])
+        attributes = {"VisibilityTimeout": args.visibility} if args.visibility else {}
+        print(client("sqs").create_queue(QueueName=args.name, Attributes=attributes)["QueueUrl"])
+    elif args.cmd == "queue-depth":
+        a = client("sqs").get_queue_attributes(
+            QueueUrl=args.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        print(a["ApproximateNumberOfMessages"], a["ApproximateNumberOfMessagesNotVisible"])
+    elif args.cmd == "send-push-messages":
+        sqs = client("sqs")
+        for i in range(args.count):
+            digest = "sha256:" + hashlib.sha256(f"{args.name}:v{i}".encode()).hexdigest()
+            e = push_event(args, args.name, f"v{i}", digest)
+            sqs.send_message(QueueUrl=args.queue_url, MessageBody=json.dumps(e))
+        print(args.count)
     elif args.cmd == "receive":
         sqs = client("sqs")
         r = sqs.receive_message(QueueUrl=args.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=args.wait)

@@ -8,6 +8,8 @@ set -euo pipefail
 COMPONENT=test
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 export PATH="$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+# The operator never asks the EC2 instance metadata address (nothing leaves loopback).
+export AWS_EC2_METADATA_DISABLED=true
 
 e2e_only=0
 [[ ${1:-} == --e2e-only ]] && { e2e_only=1; shift; }
@@ -24,6 +26,8 @@ if ((!e2e_only)); then
   cargo clippy --workspace --all-targets -- -D warnings
 fi
 cargo build --workspace --all-targets
+# The release binary, once: the chart, release image and install tests use it.
+cargo build --release --locked -p imagewatch
 log "starting the test ground"
 eval "$("$SCRIPTS_DIR/testground.sh" up)"
 trap '"$SCRIPTS_DIR/testground.sh" down >/dev/null || true' EXIT

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole e2e test ground on 127.0.0.1: Kubernetes API (etcd +
-# kube-apiserver), OCI registry, moto (ECR/SQS/EventBridge) and a git server
-# (HTTP + SSH).
+# kube-apiserver, kube-controller-manager, kube-scheduler), OCI registry, moto
+# (ECR/SQS/EventBridge), a git server (HTTP + SSH) and one node (containerd +
+# kubelet; node.sh). IMAGEWATCH_E2E_NODE=0: no node, no controllers.
 #
 #   testground.sh up     install missing packages, build the control plane if
 #                        needed, start every part (idempotent), write
@@ -17,11 +18,14 @@ COMPONENT=testground
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PARTS=(controlplane registry moto gitserver)
+# The node comes after the registry: its containerd pulls from it.
+[[ ${IMAGEWATCH_E2E_NODE:-1} == 1 ]] && PARTS+=(node)
 # A cluster of your own: with IMAGEWATCH_E2E_KUBECONFIG set, the local control plane is not
 # started and the tests use that kubeconfig.
 if [[ -n ${IMAGEWATCH_E2E_KUBECONFIG:-} ]]; then
   PARTS=(registry moto gitserver)
 fi
+export IMAGEWATCH_E2E_NODE=${IMAGEWATCH_E2E_NODE:-1}
 ENV_FILE="$STATE/env"
 
 all_env() {

@@ -11,6 +11,7 @@ pub mod bench;
 pub mod disk;
 pub mod faultproxy;
 pub mod ground;
+pub mod node;
 pub mod notifying;
 pub mod oci_push;
 pub mod operator;

@@ -24,6 +24,9 @@ pub struct Operator {
     env: Vec<(String, String)>,
     /// CA bundle trusted for HTTPS (the ground's git server CA + system CAs).
     ca_bundle: Option<String>,
+    /// Start without any inherited `AWS_*` variable (and without
+    /// `AWS_EC2_METADATA_DISABLED`): the operator as on a cluster with no AWS at all.
+    without_aws: bool,
 }
 
 /// Path of the operator binary (built by `cargo build` before the tests).
@@ -62,10 +65,22 @@ impl Operator {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<Self> {
+        let mut op = Self::new(ground, name, kubeconfig, extra, env)?;
+        op.spawn()?;
+        Ok(op)
+    }
+
+    fn new(
+        ground: &Ground,
+        name: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let dir = ground.state.join("operators").join(name);
         std::fs::create_dir_all(&dir)?;
         let cache_dir = dir.join("cache");
-        let mut op = Self {
+        let op = Self {
             child: None,
             log: dir.join("operator.log"),
             metrics_addr: String::new(),
@@ -77,7 +92,22 @@ impl Operator {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ca_bundle: ground.env.get("IMAGEWATCH_GIT_CA_BUNDLE").cloned(),
+            without_aws: false,
         };
+        Ok(op)
+    }
+
+    /// Like [`Operator::start_with_env`], but with no `AWS_*` variable from the test's
+    /// environment (only those in `env`).
+    pub fn start_without_aws(
+        ground: &Ground,
+        name: &str,
+        kubeconfig: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        let mut op = Self::new(ground, name, kubeconfig, extra, env)?;
+        op.without_aws = true;
         op.spawn()?;
         Ok(op)
     }
@@ -103,7 +133,18 @@ impl Operator {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if self.without_aws {
+            for (key, _) in std::env::vars_os() {
+                if key.to_string_lossy().starts_with("AWS_") {
+                    command.env_remove(key);
+                }
+            }
+        } else {
+            // Nothing leaves loopback: the SDK never asks the instance metadata address.
+            command.env("AWS_EC2_METADATA_DISABLED", "true");
+        }
+        let child = command
             .arg("run")
             .arg("--metrics-addr")
             .arg(&self.metrics_addr)
@@ -130,6 +171,29 @@ impl Operator {
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
         self.spawn()
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the process to exit; true when it exited
+    /// (successfully).
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> anyhow::Result<bool> {
+        let Some(child) = self.child.as_mut() else {
+            return Ok(false);
+        };
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -TERM failed");
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(exit) = child.try_wait()? {
+                self.child = None;
+                return Ok(exit.success());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// SIGKILL.

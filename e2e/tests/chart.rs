@@ -55,6 +55,11 @@ sqs:
 argocd: {namespace: gitops}
 logFormat: text
 logLevel: "info,imagewatch=debug"
+metrics: {bindAddress: "::"}
+hostNetwork: true
+probeHost: 127.0.0.1
+kubernetesApi: {host: 10.0.0.1, port: 443}
+terminationGracePeriodSeconds: 90
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
 grafanaDashboard: {enabled: true, annotations: {grafana_folder: GitOps}}
 prometheusRule: {enabled: true, labels: {release: prometheus}, pushToCommitP99Seconds: 30}
@@ -237,6 +242,9 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let deployment = one(&docs, "Deployment")?;
     assert_pod_security(deployment);
     assert_eq!(deployment["spec"]["replicas"], 1);
+    // One writer during upgrades without shards: the old Pod is gone before the new starts.
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert!(deployment["spec"]["template"]["spec"]["hostNetwork"].is_null());
     let env = container_env(deployment);
     assert_eq!(env["POD_NAMESPACE"], "fieldRef:metadata.namespace");
     assert_eq!(env["IMAGEWATCH_ARGOCD_NAMESPACE"], "argocd");
@@ -262,6 +270,18 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let deployment = one(&docs, "Deployment")?;
     assert_pod_security(deployment);
     assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 90);
+    let probe = &pod["containers"][0]["readinessProbe"]["httpGet"];
+    assert_eq!(probe["host"], "127.0.0.1");
+    assert_eq!(probe["path"], "/readyz");
     let env = container_env(deployment);
     let expected = [
         ("POD_NAMESPACE", "fieldRef:metadata.namespace"),
@@ -293,6 +313,10 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         ("RUST_LOG", "info,imagewatch=debug"),
         ("AWS_REGION", "ap-northeast-1"),
         ("HTTPS_PROXY", "http://proxy.example.com:3128"),
+        ("IMAGEWATCH_METRICS_ADDR", "[::]:8080"),
+        ("IMAGEWATCH_SHUTDOWN_TIMEOUT", "80s"),
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
     ];
     for (name, value) in expected {
         assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
@@ -304,6 +328,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         "RUST_LOG",
         "AWS_REGION",
         "HTTPS_PROXY",
+        "KUBERNETES_SERVICE_HOST",
+        "KUBERNETES_SERVICE_PORT",
     ];
     for name in env.keys() {
         assert!(

@@ -139,6 +139,11 @@ pub struct RunArgs {
     /// its finalizer is removed anyway (the pull request is then left open).
     #[arg(long, env = "IMAGEWATCH_PULL_REQUEST_CLOSE_TIMEOUT", hide = true, default_value = "5m", value_parser = parse_duration_arg)]
     pub pull_request_close_timeout: Duration,
+    /// On SIGTERM, how long in-flight reconciles and Git batches may take to finish before
+    /// they are abandoned (their Leases are then left to expire). Keep it below the Pod's
+    /// terminationGracePeriodSeconds (the chart sets it 10 s below).
+    #[arg(long, env = "IMAGEWATCH_SHUTDOWN_TIMEOUT", default_value = "50s", value_parser = parse_duration_arg)]
+    pub shutdown_timeout: Duration,
     /// Address of the registry webhook receiver (`/hooks/*`); unset: no receiver.
     #[arg(long, env = "IMAGEWATCH_WEBHOOK_ADDR")]
     pub webhook_addr: Option<SocketAddr>,

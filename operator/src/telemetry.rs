@@ -2,8 +2,10 @@
 //!
 //! Metric labels are low-cardinality: an outcome or an error category, never a formatted message.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
@@ -14,19 +16,116 @@ use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 use crate::cli::LogFormat;
 
-/// Installs the global tracing subscriber (`RUST_LOG` filters; default `info`).
+/// Installs the global tracing subscriber (`RUST_LOG` filters; default `info`). Logs go to
+/// stderr; text logs are coloured only when stderr is a terminal (a container runtime or a
+/// redirect gets plain lines).
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true))
+            .with(
+                fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(std::io::stderr),
+            )
             .try_init(),
-        LogFormat::Text => registry.with(fmt::layer()).try_init(),
+        LogFormat::Text => registry
+            .with(
+                fmt::layer()
+                    .with_ansi(use_colour(std::io::stderr().is_terminal()))
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
     };
     if let Err(e) = result {
         eprintln!("warning: logging already initialised: {e}");
     }
+}
+
+/// Whether text logs are coloured: only on a terminal, and never with `NO_COLOR` set
+/// (<https://no-color.org>).
+fn use_colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// What `/readyz` waits for: named start-up conditions (caches synced, listeners bound),
+/// each met once, and no shutdown begun.
+#[derive(Debug)]
+pub struct Readiness {
+    pending: Mutex<BTreeSet<&'static str>>,
+    stopping: AtomicBool,
+}
+
+/// The condition held until every other condition has been declared.
+const STARTING: &str = "starting";
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::new(BTreeSet::from([STARTING])),
+            stopping: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Readiness {
+    /// Declares a condition that must be met before the process is ready.
+    pub fn expect(&self, condition: &'static str) {
+        self.lock().insert(condition);
+    }
+
+    /// Marks `condition` as met.
+    pub fn met(&self, condition: &'static str) {
+        let left = {
+            let mut pending = self.lock();
+            pending.remove(condition);
+            pending.len()
+        };
+        tracing::debug!(condition, left, "readiness condition met");
+        if left == 0 {
+            tracing::info!("ready");
+        }
+    }
+
+    /// Every condition is declared (they may still be pending).
+    pub fn declared(&self) {
+        self.met(STARTING);
+    }
+
+    /// Shutdown began: not ready any more (the Service stops sending webhooks here).
+    pub fn stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// `Ok` when ready; otherwise what is missing.
+    pub fn check(&self) -> Result<(), String> {
+        if self.stopping.load(Ordering::Relaxed) {
+            return Err("shutting down".to_string());
+        }
+        let pending = self.lock();
+        if pending.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "waiting for: {}",
+                pending.iter().copied().collect::<Vec<_>>().join(", ")
+            ))
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<&'static str>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Labels of the SQS consumer's message counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SqsLabels {
+    /// `received`, `delivered`, `ignored`, `malformed`, `deleted`, `receive_error`,
+    /// `delete_error`, `released`, `release_error`.
+    pub result: String,
 }
 
 /// Outcome label of one reconcile.
@@ -218,7 +317,10 @@ pub struct Metrics {
     pub not_allowed: Family<NotAllowedLabels, Counter>,
     /// Image signature checks by kind and outcome.
     pub signature_checks: Family<SignatureLabels, Counter>,
-    ready: AtomicBool,
+    /// SQS consumer counts since start (cumulative; refreshed every 5 s).
+    pub sqs_messages: Family<SqsLabels, Gauge>,
+    /// What `/readyz` answers.
+    pub readiness: Readiness,
 }
 
 impl Default for Metrics {
@@ -365,6 +467,12 @@ impl Metrics {
             "Items waiting in internal queues",
             queue_depth.clone(),
         );
+        let sqs_messages = Family::<SqsLabels, Gauge>::default();
+        registry.register(
+            "sqs_messages",
+            "SQS consumer message counts since start, by result (cumulative)",
+            sqs_messages.clone(),
+        );
         // Series that the chart's alerts and dashboard compare against exist from the start
         // at 0, so a rate or an increase is defined before the first event of its kind.
         drop(reconciles.get_or_create(&ReconcileLabels {
@@ -426,7 +534,8 @@ impl Metrics {
             queue_depth,
             not_allowed,
             signature_checks,
-            ready: AtomicBool::new(false),
+            sqs_messages,
+            readiness: Readiness::default(),
         }
     }
 
@@ -439,14 +548,9 @@ impl Metrics {
         out
     }
 
-    /// Marks the process ready (the controller's caches are synced).
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
-    }
-
-    /// Whether the process is ready.
+    /// Whether the process is ready (see [`Readiness`]).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.readiness.check().is_ok()
     }
 }
 
@@ -482,10 +586,12 @@ pub async fn serve(
             get(move || {
                 let r = r.clone();
                 async move {
-                    if r.is_ready() {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    match r.readiness.check() {
+                        Ok(()) => (StatusCode::OK, "ok".to_string()),
+                        Err(missing) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("not ready: {missing}"),
+                        ),
                     }
                 }
             }),
@@ -496,4 +602,35 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_every_declared_condition_is_met_and_not_while_stopping() {
+        let r = Readiness::default();
+        assert!(
+            r.check().is_err(),
+            "not ready before the conditions are declared"
+        );
+        r.expect("imagewatch-cache");
+        r.expect("webhook-listener");
+        r.declared();
+        assert_eq!(
+            r.check(),
+            Err("waiting for: imagewatch-cache, webhook-listener".to_string())
+        );
+        r.met("webhook-listener");
+        r.met("imagewatch-cache");
+        assert_eq!(r.check(), Ok(()));
+        r.stopping();
+        assert_eq!(r.check(), Err("shutting down".to_string()));
+    }
+
+    #[test]
+    fn no_colour_off_a_terminal() {
+        assert!(!use_colour(false));
+    }
 }

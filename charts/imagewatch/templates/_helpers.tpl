@@ -44,3 +44,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- $all | uniq | toJson -}}
 {{- end -}}
+
+{{/*
+A bind address as the host part of host:port (IPv6 in brackets).
+*/}}
+{{- define "imagewatch.bindHost" -}}
+{{- if contains ":" . -}}[{{ . }}]{{- else -}}{{ . }}{{- end -}}
+{{- end }}

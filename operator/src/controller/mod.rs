@@ -235,7 +235,7 @@ impl Context {
             return;
         };
         // The cache is complete once the first list is in; reconciles may start before.
-        if tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
+        if tokio::time::timeout(Duration::from_secs(30), store_ready(store))
             .await
             .is_err()
         {
@@ -314,9 +314,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         writer::WriterOptions::from_run_args(&args).map_err(RunError::SigningKey)?,
         metrics.clone(),
     );
-    // One AWS configuration (and so one credential cache) for ECR and SQS.
-    let aws = crate::registry::ecr::load_aws_config().await;
-    let ecr = crate::registry::ecr::EcrTagSource::new(
+    // One AWS configuration (and so one credential cache) for ECR and SQS, loaded by the first
+    // ECR request or the SQS consumer: never without AWS (no instance-metadata lookups).
+    let aws = crate::registry::ecr::LazyAwsConfig::new();
+    let ecr = crate::registry::ecr::EcrTagSource::lazy(
         aws.clone(),
         crate::registry::ecr::EcrOptions {
             endpoint_url: args.aws_endpoint_url.clone(),
@@ -363,20 +364,33 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let ctx = Arc::new(ctx);
 
+    // Shutdown, in order: `shutdown` stops new work (watches, event sources, readiness);
+    // in-flight reconciles and batches finish (up to `--shutdown-timeout`); only then are the
+    // Leases released (`release`) and the metrics server stopped.
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let release = tokio_util::sync::CancellationToken::new();
     let signal_token = shutdown.clone();
+    let signal_metrics = metrics.clone();
+    let shutdown_timeout = args.shutdown_timeout;
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutdown requested; finishing in-flight reconciles");
+        tracing::info!(
+            timeout_s = shutdown_timeout.as_secs(),
+            "shutdown requested; taking no new work, finishing in-flight reconciles"
+        );
+        signal_metrics.readiness.stopping();
         signal_token.cancel();
     });
+    metrics.readiness.expect(IMAGEWATCH_CACHE);
+    metrics.readiness.expect(promotion::POLICY_CACHE);
 
     // Registry events (webhooks, SQS, peers) → rescans and reconciles of the watches that use
     // the repository.
     let (event_tx, event_rx) = tokio::sync::mpsc::channel::<crate::triggers::RegistryEvent>(4096);
     let (reconcile_tx, reconcile_rx) = tokio::sync::mpsc::channel(4096);
 
-    let server_token = shutdown.clone();
+    let server_token = tokio_util::sync::CancellationToken::new();
+    let server_token_last = server_token.clone();
     let peer_routes = match &ctx.shards {
         Some(shards) => shard::peer_router(shards.clone(), event_tx.clone()),
         None => axum::Router::new(),
@@ -428,7 +442,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
                 ctx.clone(),
                 reconcile_tx.clone(),
             ));
-            Some(tokio::spawn(shards.clone().run(shutdown.clone())))
+            Some(tokio::spawn(shards.clone().run(release.clone())))
         }
         _ => None,
     };
@@ -458,7 +472,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ctx.clone(),
         reconcile_tx,
     ));
-    let _event_sources = sources::start(
+    let event_sources = sources::start(
         &args,
         client.clone(),
         metrics.clone(),
@@ -466,13 +480,22 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         event_tx,
         &shutdown,
     );
+    {
+        let store = controller.store();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            if store_ready(&store).await {
+                metrics.readiness.met(IMAGEWATCH_CACHE);
+            }
+        });
+    }
+    metrics.readiness.declared();
     let reconcile_requests = futures::stream::unfold(reconcile_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
 
     let promotion_ctx = ctx.clone();
     let controller_token = shutdown.clone();
-    let ready_metrics = metrics.clone();
     let controller = controller
         .reconcile_on(reconcile_requests)
         // Graceful shutdown lets a reconcile that is pushing finish before the process exits,
@@ -480,13 +503,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .graceful_shutdown_on(async move { controller_token.cancelled().await })
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(move |result| {
-            ready_metrics.set_ready(true);
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile stream");
             }
             futures::future::ready(())
         });
-    metrics.set_ready(false);
     tracing::info!("imagewatch controller started");
     // PromotionPolicies: their own controller, sharing this context, stopped by the same token.
     let promotions = promotion::run(
@@ -494,22 +515,81 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         promotion::PromotionOptions::from_run_args(&args),
         shutdown.clone(),
     );
-    futures::join!(
-        async {
-            controller.await;
-            shutdown.cancel();
-        },
-        promotions
-    );
-    // Release the shards (after the last reconcile) so other replicas take them at once.
+    let work = async {
+        futures::join!(
+            async {
+                controller.await;
+                shutdown.cancel();
+            },
+            promotions,
+            // The SQS consumer's last receive ends and its messages are handed back.
+            futures::future::join_all(event_sources),
+        )
+    };
+    let finished = run_until_deadline(work, &shutdown, args.shutdown_timeout).await;
+    // Release the shards only after the last reconcile and batch, so another replica never
+    // writes to a repository while this one still pushes. Abandoned work (past the deadline)
+    // may still be pushing from a blocking task: its Leases are left to expire instead.
     if let Some(task) = shard_task {
-        let _ = task.await;
+        if finished {
+            release.cancel();
+            let _ = task.await;
+        } else {
+            tracing::warn!(
+                timeout_s = args.shutdown_timeout.as_secs(),
+                "in-flight work did not finish in time; abandoning it and leaving the Leases to expire"
+            );
+            task.abort();
+        }
+    } else if !finished {
+        tracing::warn!(
+            timeout_s = args.shutdown_timeout.as_secs(),
+            "in-flight work did not finish in time; abandoning it"
+        );
     }
+    // The metrics server (with /readyz answering 503) stops last.
+    server_token_last.cancel();
     match server.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
     }
+}
+
+/// Waits until `store` holds its first list; false when its writer is gone first.
+///
+/// `Store::wait_until_ready` wakes only the last of several waiting tasks (it polls one
+/// oneshot receiver, which keeps a single waker), and the controller's own runner waits on
+/// it too; so each wait here is bounded and repeated.
+pub async fn store_ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
+where
+    K: 'static + Clone + kube::runtime::reflector::Lookup,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
+            Ok(result) => return result.is_ok(),
+            Err(_) => continue,
+        }
+    }
+}
+
+/// Readiness condition: the ImageWatch cache holds its first list.
+const IMAGEWATCH_CACHE: &str = "imagewatch-cache";
+
+/// Runs `work` to its end; once `shutdown` is cancelled, for at most `timeout` more. True
+/// when it ended.
+async fn run_until_deadline<F: std::future::Future>(
+    work: F,
+    shutdown: &tokio_util::sync::CancellationToken,
+    timeout: Duration,
+) -> bool {
+    tokio::pin!(work);
+    tokio::select! {
+        _ = &mut work => return true,
+        () = shutdown.cancelled() => {}
+    }
+    tokio::time::timeout(timeout, work).await.is_ok()
 }
 
 /// Wakes the watches of each shard this replica takes over: their repositories are rescanned

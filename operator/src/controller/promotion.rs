@@ -142,11 +142,15 @@ struct Shared {
     close_timeout: Duration,
 }
 
+/// Readiness condition: the PromotionPolicy cache holds its first list.
+pub const POLICY_CACHE: &str = "promotionpolicy-cache";
+
 /// Runs the PromotionPolicy controller until `shutdown` is cancelled. Reconciles use the
 /// ImageWatch controller's [`Context`] (Kubernetes client, registry clients, Event recorder,
 /// metrics) and their own Git clones.
 pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: CancellationToken) {
     let client = ctx.client.clone();
+    let metrics = ctx.metrics.clone();
     let http = match reqwest::Client::builder()
         .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
         .timeout(Duration::from_secs(30))
@@ -187,6 +191,14 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
     );
     let store = controller.store();
+    {
+        let store = store.clone();
+        tokio::spawn(async move {
+            if super::store_ready(&store).await {
+                metrics.readiness.met(POLICY_CACHE);
+            }
+        });
+    }
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
     controller

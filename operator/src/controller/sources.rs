@@ -25,7 +25,7 @@ pub fn start(
     args: &RunArgs,
     client: Client,
     metrics: Arc<Metrics>,
-    aws: &aws_config::SdkConfig,
+    aws: &crate::registry::ecr::LazyAwsConfig,
     events: mpsc::Sender<RegistryEvent>,
     shutdown: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
@@ -34,14 +34,29 @@ pub fn start(
         let mut options = crate::triggers::sqs::SqsOptions::new(queue_url.clone());
         options.default_account = args.sqs_default_account.clone();
         options.endpoint_url = args.aws_endpoint_url.clone();
-        match crate::triggers::sqs::SqsConsumer::new(aws, options) {
-            Ok(consumer) => {
-                let token = shutdown.clone();
-                let sink = events.clone();
-                tasks.push(tokio::spawn(async move { consumer.run(sink, token).await }));
+        let aws = aws.clone();
+        let token = shutdown.clone();
+        let sink = events.clone();
+        let metrics = metrics.clone();
+        tasks.push(tokio::spawn(async move {
+            let region = crate::triggers::sqs::region_from_queue_url(&options.queue_url);
+            let sdk_config = aws.get(region.as_deref()).await;
+            match crate::triggers::sqs::SqsConsumer::new(&sdk_config, options) {
+                Ok(consumer) => {
+                    let counters = consumer.counters();
+                    let exporter = tokio::spawn(export_sqs_counters(
+                        counters.clone(),
+                        metrics.clone(),
+                        token.clone(),
+                    ));
+                    consumer.run(sink, token).await;
+                    exporter.abort();
+                    // The figures of the receive that finished during shutdown.
+                    export_sqs_once(&counters, &metrics);
+                }
+                Err(e) => tracing::error!(error = %e, "SQS consumer not started"),
             }
-            Err(e) => tracing::error!(error = %e, "SQS consumer not started"),
-        }
+        }));
     }
     if let Some(addr) = args.webhook_addr {
         let mut state = WebhookState::new(WebhookSecrets::none(), events.clone())
@@ -58,16 +73,59 @@ pub fn start(
             shutdown.clone(),
         )));
         let token = shutdown.clone();
+        metrics.readiness.expect(WEBHOOK_LISTENER);
+        let readiness_metrics = metrics.clone();
         tasks.push(tokio::spawn(async move {
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    // Never Ready: the Service must not send registry notifications here.
+                    tracing::error!(error = %e, %addr, "cannot listen for registry webhooks");
+                    return;
+                }
+            };
+            readiness_metrics.readiness.met(WEBHOOK_LISTENER);
+            let shutdown = async move { token.cancelled().await };
             if let Err(e) =
-                crate::triggers::webhook::serve(addr, state, async move { token.cancelled().await })
-                    .await
+                crate::triggers::webhook::serve_listener(listener, state, shutdown).await
             {
                 tracing::error!(error = %e, %addr, "webhook receiver stopped");
             }
         }));
     }
     tasks
+}
+
+/// Readiness condition: the webhook listener is bound.
+const WEBHOOK_LISTENER: &str = "webhook-listener";
+
+/// How often the SQS consumer's counters are copied into the metrics.
+const SQS_EXPORT: Duration = Duration::from_secs(5);
+
+/// Copies the SQS consumer's counters into `imagewatch_sqs_messages` until shutdown.
+async fn export_sqs_counters(
+    counters: Arc<crate::triggers::sqs::SqsCounters>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        export_sqs_once(&counters, &metrics);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(SQS_EXPORT) => {}
+        }
+    }
+}
+
+fn export_sqs_once(counters: &crate::triggers::sqs::SqsCounters, metrics: &Metrics) {
+    for (result, value) in counters.snapshot() {
+        metrics
+            .sqs_messages
+            .get_or_create(&crate::telemetry::SqsLabels {
+                result: result.to_string(),
+            })
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
 }
 
 /// Re-reads the webhook Secret and exports the receiver's counters, until shutdown.

@@ -15,6 +15,11 @@
 //! consumer), so its identity cache fetches credentials once per expiry for the whole
 //! process, however many watches and regions there are.
 //!
+//! The configuration is loaded on first use ([`LazyAwsConfig`]): a process with no ECR
+//! watch, no ECR policy gate and no SQS queue never loads it, so it never asks the EC2
+//! instance metadata service anything. The region comes from the ECR host (or the queue URL)
+//! before instance metadata is consulted.
+//!
 //! Endpoint overrides (tests, VPC endpoints, emulators): [`EcrOptions::endpoint_url`], or
 //! the SDK's standard `AWS_ENDPOINT_URL_ECR` / `AWS_ENDPOINT_URL` environment variables,
 //! which [`load_aws_config`] honours.
@@ -99,15 +104,82 @@ pub struct EcrOptions {
 /// EKS Pod Identity, profile, instance metadata). Call it once per process and share the
 /// result between [`EcrTagSource`] and [`SqsConsumer`](crate::triggers::sqs::SqsConsumer),
 /// so both use one credential cache.
-pub async fn load_aws_config() -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest()).load().await
+///
+/// The region: `AWS_REGION` / `AWS_DEFAULT_REGION`, the profile files, then `region_hint`
+/// (the region named by an ECR host or a queue URL). Only without a hint does the default
+/// chain go on to ask instance metadata.
+pub async fn load_aws_config(region_hint: Option<&str>) -> SdkConfig {
+    use aws_config::meta::region::RegionProviderChain;
+    let loader = aws_config::defaults(BehaviorVersion::latest());
+    let loader = match region_hint {
+        Some(hint) => loader.region(
+            RegionProviderChain::first_try(
+                aws_config::environment::EnvironmentVariableRegionProvider::new(),
+            )
+            .or_else(aws_config::profile::region::ProfileFileRegionProvider::new())
+            .or_else(aws_config::Region::new(hint.to_string())),
+        ),
+        None => loader,
+    };
+    loader.load().await
+}
+
+/// The process's AWS configuration, loaded by the first caller that needs AWS (an ECR watch,
+/// an ECR policy gate, the SQS consumer) and then shared. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct LazyAwsConfig {
+    cell: std::sync::Arc<tokio::sync::OnceCell<SdkConfig>>,
+}
+
+impl std::fmt::Debug for LazyAwsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyAwsConfig")
+            .field("loaded", &self.is_loaded())
+            .finish()
+    }
+}
+
+impl LazyAwsConfig {
+    /// Nothing loaded yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An already loaded configuration (tests, explicit endpoints).
+    pub fn loaded(config: SdkConfig) -> Self {
+        let cell = tokio::sync::OnceCell::new();
+        let _ = cell.set(config);
+        Self {
+            cell: std::sync::Arc::new(cell),
+        }
+    }
+
+    /// Whether some caller has loaded the configuration.
+    pub fn is_loaded(&self) -> bool {
+        self.cell.initialized()
+    }
+
+    /// The configuration, loaded now if nobody needed it before; `region_hint` is the
+    /// region of what the caller is about to reach (see [`load_aws_config`]).
+    pub async fn get(&self, region_hint: Option<&str>) -> SdkConfig {
+        self.cell
+            .get_or_init(|| async {
+                tracing::debug!(
+                    region_hint,
+                    "loading the AWS configuration (first ECR or SQS use)"
+                );
+                load_aws_config(region_hint).await
+            })
+            .await
+            .clone()
+    }
 }
 
 /// [`TagSource`] for Amazon ECR private registries; see the module documentation.
 ///
 /// Cheap to share behind an `Arc`: regional clients are created on first use and kept.
 pub struct EcrTagSource {
-    sdk_config: SdkConfig,
+    aws: LazyAwsConfig,
     options: EcrOptions,
     /// One client per (region, FIPS) pair; they share `sdk_config`'s credential cache.
     clients: Mutex<HashMap<(String, bool), Client>>,
@@ -150,20 +222,31 @@ impl EcrTagSource {
     /// A tag source using `sdk_config` (usually from [`load_aws_config`]) for credentials and
     /// settings; the region of each request is taken from the registry host.
     pub fn new(sdk_config: SdkConfig, options: EcrOptions) -> Self {
+        Self::lazy(LazyAwsConfig::loaded(sdk_config), options)
+    }
+
+    /// A tag source that loads `aws` (shared with the SQS consumer) on its first request.
+    pub fn lazy(aws: LazyAwsConfig, options: EcrOptions) -> Self {
         EcrTagSource {
-            sdk_config,
+            aws,
             options,
             clients: Mutex::new(HashMap::new()),
         }
     }
 
-    /// [`EcrTagSource::new`] with the default credential chain.
-    pub async fn from_env(options: EcrOptions) -> Self {
-        Self::new(load_aws_config().await, options)
+    /// [`EcrTagSource::lazy`] with the default credential chain, loaded on first use.
+    pub fn from_env(options: EcrOptions) -> Self {
+        Self::lazy(LazyAwsConfig::new(), options)
+    }
+
+    /// Whether the AWS configuration has been loaded (by this source or the SQS consumer).
+    pub fn aws_loaded(&self) -> bool {
+        self.aws.is_loaded()
     }
 
     /// The ECR client for `registry`'s region, created on first use.
-    fn client(&self, registry: &EcrRegistry) -> Client {
+    async fn client(&self, registry: &EcrRegistry) -> Client {
+        let sdk_config = self.aws.get(Some(&registry.region)).await;
         let key = (registry.region.clone(), registry.fips);
         let mut clients = self
             .clients
@@ -172,7 +255,7 @@ impl EcrTagSource {
         clients
             .entry(key)
             .or_insert_with(|| {
-                let mut builder = aws_sdk_ecr::config::Builder::from(&self.sdk_config)
+                let mut builder = aws_sdk_ecr::config::Builder::from(&sdk_config)
                     .region(aws_sdk_ecr::config::Region::new(registry.region.clone()))
                     .timeout_config(
                         aws_sdk_ecr::config::timeout::TimeoutConfig::builder()
@@ -197,7 +280,7 @@ impl EcrTagSource {
     /// cannot be pulled until restored.
     pub async fn list_tags(&self, repo: &RepositoryRef) -> Result<Vec<TagInfo>, RegistryError> {
         let registry = EcrRegistry::parse(&repo.registry)?;
-        let client = self.client(&registry);
+        let client = self.client(&registry).await;
         let mut pages = client
             .describe_images()
             .registry_id(&registry.account)
@@ -248,6 +331,7 @@ impl EcrTagSource {
         let registry = EcrRegistry::parse(&repo.registry)?;
         let output = self
             .client(&registry)
+            .await
             .describe_images()
             .registry_id(&registry.account)
             .repository_name(&repo.path)
@@ -283,7 +367,7 @@ impl EcrTagSource {
         prefix: &str,
     ) -> Result<Vec<String>, RegistryError> {
         let registry = EcrRegistry::parse(registry_host)?;
-        let client = self.client(&registry);
+        let client = self.client(&registry).await;
         let mut pages = client
             .describe_repositories()
             .registry_id(&registry.account)

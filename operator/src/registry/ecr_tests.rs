@@ -499,6 +499,21 @@ async fn not_an_ecr_host() {
     assert_eq!(err.category(), "invalid_reference", "{err}");
 }
 
+/// No ECR request, no AWS configuration: nothing asks instance metadata for a region or
+/// credentials in a process that does not use AWS.
+#[tokio::test]
+async fn the_aws_configuration_is_loaded_on_the_first_ecr_request_only() {
+    let source = EcrTagSource::from_env(EcrOptions::default());
+    assert!(!source.aws_loaded());
+    // Not an ECR host: refused before any AWS client exists.
+    let err = source
+        .list_tags(&RepositoryRef::parse("ghcr.io/org/app").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "invalid_reference", "{err}");
+    assert!(!source.aws_loaded());
+}
+
 #[tokio::test]
 async fn one_client_per_region() {
     let source = source();
@@ -506,9 +521,9 @@ async fn one_client_per_region() {
     let east_other_account =
         EcrRegistry::parse("210987654321.dkr.ecr.us-east-1.amazonaws.com").unwrap();
     let west = EcrRegistry::parse("123456789012.dkr.ecr.us-west-2.amazonaws.com").unwrap();
-    let a = source.client(&east);
-    let _ = source.client(&east_other_account);
-    let b = source.client(&west);
+    let a = source.client(&east).await;
+    let _ = source.client(&east_other_account).await;
+    let b = source.client(&west).await;
     assert_eq!(source.clients.lock().unwrap().len(), 2);
     assert_eq!(a.config().region().map(|r| r.as_ref()), Some("us-east-1"));
     assert_eq!(b.config().region().map(|r| r.as_ref()), Some("us-west-2"));

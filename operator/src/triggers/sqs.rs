@@ -9,12 +9,21 @@
 //!
 //! A message is deleted only after its event was handed to the channel (or after it was
 //! found to need nothing). Until then SQS's visibility timeout hides it from other
-//! receivers, and it comes back when the timeout runs out — after a crash, a failed delete,
-//! or a shutdown in the middle of a batch. So several replicas consuming the same queue is
-//! safe: each message is handled by one of them at a time, and at worst handled twice.
+//! receivers, and it comes back when the timeout runs out — after a crash or a failed
+//! delete. So several replicas consuming the same queue is safe: each message is handled by
+//! one of them at a time, and at worst handled twice.
 //! Handling twice is harmless, because an event only asks for a rescan of the repository
 //! and the registry's answer decides. (A message deleted whose rescan is then lost to a
 //! crash is caught by the polling interval.)
+//!
+//! # Shutdown
+//!
+//! A pending long-poll receive is not dropped on shutdown: SQS may already have handed it
+//! messages, which would then stay invisible for the queue's whole visibility timeout. The
+//! receive is allowed to end (within the wait time, 20 s at most), and every message it
+//! brought — like every message of a batch interrupted by the shutdown — is made visible
+//! again at once (`ChangeMessageVisibility` 0) for the replicas that keep running. Nothing
+//! is received after the shutdown began.
 //!
 //! # Malformed messages
 //!
@@ -39,7 +48,10 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
+    MessageSystemAttributeName,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -50,7 +62,8 @@ use super::eventbridge::{EventError, parse_message};
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// Longest wait between failed receives.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// How long deleting the handled messages may take while shutting down.
+/// How long deleting the handled messages (and releasing the others) may take while shutting
+/// down.
 const SHUTDOWN_DELETE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of [`SqsConsumer`].
@@ -118,12 +131,43 @@ pub struct SqsCounters {
     pub receive_errors: AtomicU64,
     /// Messages whose deletion failed (they come back after the visibility timeout).
     pub delete_errors: AtomicU64,
+    /// Messages received but not handled because of a shutdown, made visible again at once.
+    pub released: AtomicU64,
+    /// Messages whose release failed (they come back after the visibility timeout).
+    pub release_errors: AtomicU64,
 }
 
 impl SqsCounters {
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Every counter with its metric label value.
+    pub fn snapshot(&self) -> [(&'static str, u64); 9] {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("received", get(&self.received)),
+            ("delivered", get(&self.delivered)),
+            ("ignored", get(&self.ignored)),
+            ("malformed", get(&self.malformed)),
+            ("deleted", get(&self.deleted)),
+            ("receive_error", get(&self.receive_errors)),
+            ("delete_error", get(&self.delete_errors)),
+            ("released", get(&self.released)),
+            ("release_error", get(&self.release_errors)),
+        ]
+    }
+}
+
+/// What became of one receive's messages.
+#[derive(Debug, Default)]
+struct BatchOutcome {
+    /// Receipt handles to delete.
+    handled: Vec<String>,
+    /// Receipt handles of messages not handled because of a shutdown: to release.
+    unhandled: Vec<String>,
+    /// Stop consuming (shutdown, or the channel closed).
+    stop: bool,
 }
 
 /// Long-polls one SQS queue for ECR push events; see the module documentation.
@@ -194,19 +238,20 @@ impl SqsConsumer {
         tracing::info!(queue, "consuming ECR events from SQS");
         let mut backoff = Backoff::default();
         loop {
-            let receive = self
+            if shutdown.is_cancelled() {
+                break;
+            }
+            // Not raced against the shutdown: see the module documentation. The receive ends
+            // within the wait time (or the attempt timeout).
+            let result = self
                 .client
                 .receive_message()
                 .queue_url(queue)
                 .max_number_of_messages(self.options.max_messages)
                 .wait_time_seconds(self.options.wait_time_seconds)
                 .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
-                .send();
-            let result = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                result = receive => result,
-            };
+                .send()
+                .await;
             let messages = match result {
                 Ok(output) => {
                     if let Some(failures) = backoff.succeeded() {
@@ -230,28 +275,45 @@ impl SqsConsumer {
                     }
                 }
             };
-            let (handled, stop) = self.handle_batch(messages, &sink, &shutdown).await;
-            if stop {
-                // Delete what was already handled so that it is not handled again, but do
-                // not let a slow SQS hold up the shutdown.
-                let _ = tokio::time::timeout(SHUTDOWN_DELETE_TIMEOUT, self.delete(handled)).await;
+            let outcome = if shutdown.is_cancelled() {
+                SqsCounters::add(&self.counters.received, messages.len() as u64);
+                BatchOutcome {
+                    unhandled: messages
+                        .iter()
+                        .filter_map(|m| m.receipt_handle().map(str::to_string))
+                        .collect(),
+                    stop: true,
+                    ..BatchOutcome::default()
+                }
+            } else {
+                self.handle_batch(messages, &sink, &shutdown).await
+            };
+            if outcome.stop {
+                // Delete what was handled so that it is not handled again, and hand the rest
+                // back at once, but do not let a slow SQS hold up the shutdown.
+                let finish = async {
+                    self.delete(outcome.handled).await;
+                    self.release(outcome.unhandled).await;
+                };
+                let _ = tokio::time::timeout(SHUTDOWN_DELETE_TIMEOUT, finish).await;
                 break;
             }
-            self.delete(handled).await;
+            self.delete(outcome.handled).await;
         }
         tracing::info!(queue, "stopped consuming from SQS");
     }
 
-    /// Handles one receive's messages; returns the receipt handles to delete and whether to
-    /// stop (shutdown, or the channel closed).
+    /// Handles one receive's messages: which to delete, which to release, whether to stop
+    /// (shutdown, or the channel closed).
     async fn handle_batch(
         &self,
         messages: Vec<Message>,
         sink: &mpsc::Sender<RegistryEvent>,
         shutdown: &CancellationToken,
-    ) -> (Vec<String>, bool) {
+    ) -> BatchOutcome {
         let mut handled = Vec::with_capacity(messages.len());
-        for message in messages {
+        let mut messages = messages.into_iter();
+        while let Some(message) = messages.next() {
             SqsCounters::add(&self.counters.received, 1);
             let Some(receipt) = message.receipt_handle().map(str::to_string) else {
                 continue;
@@ -266,12 +328,25 @@ impl SqsConsumer {
                     tracing::debug!(message_id, registry = %event.registry, repository = %event.repository, tag = ?event.tag, "ECR push event");
                     let sent = tokio::select! {
                         biased;
-                        () = shutdown.cancelled() => return (handled, true),
-                        sent = sink.send(event) => sent,
+                        () = shutdown.cancelled() => Err(()),
+                        sent = sink.send(event) => sent.map_err(|_| {
+                            tracing::info!("trigger channel closed; stopping the SQS consumer");
+                        }),
                     };
                     if sent.is_err() {
-                        tracing::info!("trigger channel closed; stopping the SQS consumer");
-                        return (handled, true);
+                        let rest: Vec<Message> = messages.collect();
+                        SqsCounters::add(&self.counters.received, rest.len() as u64);
+                        let unhandled = std::iter::once(receipt)
+                            .chain(
+                                rest.iter()
+                                    .filter_map(|m| m.receipt_handle().map(str::to_string)),
+                            )
+                            .collect();
+                        return BatchOutcome {
+                            handled,
+                            unhandled,
+                            stop: true,
+                        };
                     }
                     SqsCounters::add(&self.counters.delivered, 1);
                     handled.push(receipt);
@@ -299,7 +374,10 @@ impl SqsConsumer {
                 }
             }
         }
-        (handled, false)
+        BatchOutcome {
+            handled,
+            ..BatchOutcome::default()
+        }
     }
 
     /// Deletes handled messages, ten per `DeleteMessageBatch` (the API limit).
@@ -350,6 +428,67 @@ impl SqsConsumer {
                     );
                 }
             }
+        }
+    }
+}
+
+impl SqsConsumer {
+    /// Makes received messages visible again at once (`ChangeMessageVisibility` 0), ten per
+    /// `ChangeMessageVisibilityBatch`, so other consumers get them without waiting for the
+    /// visibility timeout.
+    async fn release(&self, receipts: Vec<String>) {
+        for chunk in receipts.chunks(10) {
+            let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
+                .iter()
+                .enumerate()
+                .filter_map(|(i, receipt)| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(receipt)
+                        .visibility_timeout(0)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            let result = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(&self.options.queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await;
+            match result {
+                Ok(output) => {
+                    SqsCounters::add(&self.counters.released, output.successful().len() as u64);
+                    if !output.failed().is_empty() {
+                        SqsCounters::add(
+                            &self.counters.release_errors,
+                            output.failed().len() as u64,
+                        );
+                        tracing::warn!(
+                            queue = %self.options.queue_url,
+                            failed = output.failed().len(),
+                            "could not release SQS messages; they come back after the visibility timeout"
+                        );
+                    }
+                }
+                Err(err) => {
+                    SqsCounters::add(&self.counters.release_errors, chunk.len() as u64);
+                    tracing::warn!(
+                        queue = %self.options.queue_url,
+                        messages = chunk.len(),
+                        error = %DisplayErrorContext(&err),
+                        "could not release SQS messages; they come back after the visibility timeout"
+                    );
+                }
+            }
+        }
+        if !receipts.is_empty() {
+            tracing::info!(
+                queue = %self.options.queue_url,
+                messages = receipts.len(),
+                "shutting down: handed unhandled SQS messages back to the queue"
+            );
         }
     }
 }
@@ -574,10 +713,10 @@ mod moto_tests {
     }
 
     impl Running {
-        /// Cancels the consumer and checks that it stops promptly (even mid long-poll).
+        /// Cancels the consumer and checks that it stops once its pending long poll ends.
         async fn stop(self) {
             self.shutdown.cancel();
-            tokio::time::timeout(Duration::from_secs(5), self.task)
+            tokio::time::timeout(Duration::from_secs(25), self.task)
                 .await
                 .expect("the consumer stops promptly on shutdown")
                 .unwrap();
@@ -741,6 +880,35 @@ mod moto_tests {
         running.stop().await;
         let (visible, in_flight) = queue_depth(&queue_url).await;
         assert_eq!(visible + in_flight, 1, "the message is still in the queue");
+    }
+
+    /// A receive pending when the shutdown begins is allowed to end, and the message it
+    /// brings is handed back at once: it must not wait out the queue's visibility timeout.
+    #[tokio::test]
+    async fn releases_what_the_pending_receive_brings_at_shutdown() {
+        let queue_url = create_queue(&unique("iw-sqs-release"), Some(120)).await;
+        let running = start(options(&queue_url));
+        // The consumer is long-polling an empty queue (20 s) when the shutdown begins.
+        wait_for("the first receive to be pending", EVENT_WAIT, || async {
+            (!running.task.is_finished()).then_some(())
+        })
+        .await;
+        let counters = running.counters.clone();
+        running.shutdown.cancel();
+        send(&queue_url, r#"{"Event":"s3:TestEvent"}"#).await;
+        running.stop().await;
+        let (visible, in_flight) = queue_depth(&queue_url).await;
+        assert_eq!(
+            (visible, in_flight),
+            (1, 0),
+            "the message is visible again at once (released {})",
+            count(&counters.released)
+        );
+        assert_eq!(
+            count(&counters.delivered),
+            0,
+            "nothing handled after shutdown"
+        );
     }
 
     /// A queue that does not exist: the consumer backs off (1 s, 2 s, …) instead of spinning,
