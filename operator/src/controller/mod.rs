@@ -100,6 +100,8 @@ pub struct Context {
     pub argocd_namespace: String,
     /// The controller's cache of ImageWatches (group members, event routing).
     pub store: std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
+    /// True once the ImageWatch cache holds its first list (see [`on_first_list`]).
+    pub cache_synced: tokio::sync::watch::Sender<bool>,
     /// Registry events not yet turned into a commit (latency metric).
     pub pending: routing::PendingEvents,
     /// Event recorder.
@@ -160,6 +162,7 @@ impl Context {
             pending: routing::PendingEvents::default(),
             argocd_namespace: "argocd".to_string(),
             store: std::sync::OnceLock::new(),
+            cache_synced: tokio::sync::watch::Sender::new(false),
             client,
             registry,
             writer,
@@ -235,10 +238,11 @@ impl Context {
             return;
         };
         // The cache is complete once the first list is in; reconciles may start before.
-        if tokio::time::timeout(Duration::from_secs(30), store_ready(store))
-            .await
-            .is_err()
-        {
+        let mut synced = self.cache_synced.subscribe();
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(30), synced.wait_for(|done| *done)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         let paths: Vec<String> = store
@@ -420,6 +424,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         )
         .modify(prune_cached),
     )
+    .inspect(on_first_list({
+        let (metrics, ctx) = (metrics.clone(), ctx.clone());
+        move || {
+            ctx.cache_synced.send_replace(true);
+            metrics.readiness.met(IMAGEWATCH_CACHE);
+        }
+    }))
     .applied_objects();
     let controller = Controller::for_stream(watches, reader).with_config(
         kube::runtime::controller::Config::default().concurrency(
@@ -480,15 +491,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         event_tx,
         &shutdown,
     );
-    {
-        let store = controller.store();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            if store_ready(&store).await {
-                metrics.readiness.met(IMAGEWATCH_CACHE);
-            }
-        });
-    }
     metrics.readiness.declared();
     let reconcile_requests = futures::stream::unfold(reconcile_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
@@ -556,20 +558,21 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
 }
 
-/// Waits until `store` holds its first list; false when its writer is gone first.
+/// A callback for `inspect` on a reflector's event stream that runs `then` once, at the
+/// first `InitDone`: the reflector has applied the first list to its store by then.
 ///
-/// `Store::wait_until_ready` wakes only the last of several waiting tasks (it polls one
-/// oneshot receiver, which keeps a single waker), and the controller's own runner waits on
-/// it too; so each wait here is bounded and repeated.
-pub async fn store_ready<K>(store: &kube::runtime::reflector::Store<K>) -> bool
-where
-    K: 'static + Clone + kube::runtime::reflector::Lookup,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    loop {
-        match tokio::time::timeout(Duration::from_millis(100), store.wait_until_ready()).await {
-            Ok(result) => return result.is_ok(),
-            Err(_) => continue,
+/// Nothing here waits on `Store::wait_until_ready`: it keeps a single waker (one oneshot
+/// receiver), so a second task waiting on it can take the wake-up from the controller's
+/// runner, which then never starts reconciling.
+pub fn on_first_list<K>(
+    then: impl FnOnce() + Send + 'static,
+) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) + Send + 'static {
+    let mut then = Some(then);
+    move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone))
+            && let Some(then) = then.take()
+        {
+            then();
         }
     }
 }

@@ -180,6 +180,10 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
             watcher::Config::default().any_semantic(),
         ),
     )
+    .inspect(super::on_first_list({
+        let metrics = metrics.clone();
+        move || metrics.readiness.met(POLICY_CACHE)
+    }))
     .applied_objects();
     let watches = super::namespaces::watch::<DeserializeGuard<ImageWatch>>(
         client.clone(),
@@ -191,14 +195,6 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
     );
     let store = controller.store();
-    {
-        let store = store.clone();
-        tokio::spawn(async move {
-            if super::store_ready(&store).await {
-                metrics.readiness.met(POLICY_CACHE);
-            }
-        });
-    }
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
     controller
