@@ -183,6 +183,41 @@ pub struct EcrTagSource {
     options: EcrOptions,
     /// One client per (region, FIPS) pair; they share `sdk_config`'s credential cache.
     clients: Mutex<HashMap<(String, bool), Client>>,
+    /// HTTP attempts sent to the ECR API, by endpoint host and outcome.
+    requests: RequestCounts,
+}
+
+/// HTTP requests by (host, outcome), shared with the clients' interceptors.
+type RequestCounts = std::sync::Arc<Mutex<HashMap<(String, &'static str), u64>>>;
+
+/// Counts every HTTP attempt of an ECR client (the SDK's own retries included), by the
+/// endpoint host it went to and the outcome of its response.
+#[derive(Debug)]
+struct CountAttempts {
+    host: String,
+    counts: RequestCounts,
+}
+
+impl aws_sdk_ecr::config::Intercept for CountAttempts {
+    fn name(&self) -> &'static str {
+        "imagewatch-count-attempts"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &aws_sdk_ecr::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _components: &aws_sdk_ecr::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_ecr::config::ConfigBag,
+    ) -> Result<(), aws_sdk_ecr::error::BoxError> {
+        let status = context.response().map(|r| r.status().as_u16());
+        let outcome = super::distribution::http_outcome(status);
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts.entry((self.host.clone(), outcome)).or_default() += 1;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for EcrTagSource {
@@ -231,7 +266,18 @@ impl EcrTagSource {
             aws,
             options,
             clients: Mutex::new(HashMap::new()),
+            requests: RequestCounts::default(),
         }
+    }
+
+    /// HTTP requests sent to the ECR API so far, by endpoint host (`api.ecr.REGION.amazonaws.com`
+    /// or the endpoint override) and outcome (cumulative, for the metrics exporter).
+    pub fn http_requests(&self) -> Vec<((String, &'static str), u64)> {
+        let counts = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// [`EcrTagSource::lazy`] with the default credential chain, loaded on first use.
@@ -266,6 +312,22 @@ impl EcrTagSource {
                 if registry.fips {
                     builder = builder.use_fips(true);
                 }
+                let host = match &self.options.endpoint_url {
+                    Some(url) => url
+                        .split("://")
+                        .nth(1)
+                        .unwrap_or(url)
+                        .split('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                    None if registry.fips => format!("ecr-fips.{}.amazonaws.com", registry.region),
+                    None => format!("api.ecr.{}.amazonaws.com", registry.region),
+                };
+                builder = builder.interceptor(CountAttempts {
+                    host,
+                    counts: self.requests.clone(),
+                });
                 if let Some(url) = &self.options.endpoint_url {
                     builder = builder.endpoint_url(url);
                 }
