@@ -84,7 +84,7 @@ use crate::{
         render::{self, TextContext},
     },
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
-    telemetry::{PromotionLabels, RegistryLabels},
+    telemetry::PromotionLabels,
 };
 
 /// Promotions kept in `status.lastPromotions`.
@@ -132,6 +132,9 @@ impl PromotionOptions {
 }
 
 /// What every policy reconcile shares.
+/// The `controller` label of the PromotionPolicy controller's metrics.
+const POLICY_CONTROLLER: &str = "promotionpolicy";
+
 struct Shared {
     ctx: Arc<Context>,
     cache: Arc<RepoCache>,
@@ -208,10 +211,17 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(async move { token.cancelled().await })
-        .run(reconcile, error_policy, shared)
+        .run(
+            |policy, shared| async move {
+                let metrics = shared.ctx.metrics.clone();
+                super::timed(&metrics, POLICY_CONTROLLER, reconcile(policy, shared)).await
+            },
+            error_policy,
+            shared,
+        )
         .for_each(|result| {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "promotion reconcile stream");
+                super::log_stream_error(&metrics, POLICY_CONTROLLER, &e);
             }
             futures::future::ready(())
         })
@@ -1579,16 +1589,6 @@ async fn check_images(
                 .manifest_digest(&repo, &image.tag, &creds)
                 .await
         };
-        ctx.metrics
-            .registry_requests
-            .get_or_create(&RegistryLabels {
-                registry: repo.registry.clone(),
-                outcome: match &result {
-                    Ok(_) => "ok".to_string(),
-                    Err(e) => e.category().to_string(),
-                },
-            })
-            .inc();
         let check = match result {
             Ok(Some(digest)) => ImageCheck::Exists(Some(digest)),
             Ok(None) | Err(RegistryError::NotFound { .. }) => ImageCheck::Missing,

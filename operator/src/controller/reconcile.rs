@@ -41,7 +41,7 @@ use crate::{
     manifests::{EditOptions, ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
-    telemetry::{ReconcileLabels, RegistryLabels},
+    telemetry::ReconcileLabels,
 };
 
 /// Members of a pattern watch scanned at the same time.
@@ -341,21 +341,17 @@ async fn scan_repository<'w>(
         .index
         .tags(&scan_key, rules.interval, || async {
             let listed = if rules.use_ecr {
-                registry_call(ctx, &repo.registry, ctx.ecr.list(&repo, creds).await)
+                ctx.ecr.list(&repo, creds).await
             } else if scan_key.with_times {
-                registry_call(
-                    ctx,
-                    &repo.registry,
-                    ctx.registry.list_tags_with_times(&repo, creds, None).await,
-                )
-                .map(|timed| timed.tags)
+                ctx.registry
+                    .list_tags_with_times(&repo, creds, None)
+                    .await
+                    .map(|timed| timed.tags)
             } else {
-                registry_call(
-                    ctx,
-                    &repo.registry,
-                    ctx.registry.list_tags(&repo, creds).await,
-                )
-                .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+                ctx.registry
+                    .list_tags(&repo, creds)
+                    .await
+                    .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
             };
             // Newest orders by when each tag appeared, not by its image's time.
             if newest {
@@ -402,13 +398,9 @@ impl Prepared<'_> {
             .scan
             .digest(tag, || async {
                 if self.rules.use_ecr {
-                    registry_call(ctx, &repo.registry, ctx.ecr.digest(repo, tag, creds).await)
+                    ctx.ecr.digest(repo, tag, creds).await
                 } else {
-                    registry_call(
-                        ctx,
-                        &repo.registry,
-                        ctx.registry.manifest_digest(repo, tag, creds).await,
-                    )
+                    ctx.registry.manifest_digest(repo, tag, creds).await
                 }
             })
             .await?)
@@ -507,7 +499,7 @@ impl Prepared<'_> {
             "ImageWatch",
             result.as_ref().map_or("error", |v| v.outcome()),
         );
-        Ok(registry_call(ctx, &self.repo.registry, result)?)
+        Ok(result?)
     }
 
     /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
@@ -635,14 +627,13 @@ async fn reconcile_pattern(
     let catalog = ctx
         .index
         .repositories(&catalog_key, rules.interval, || async {
-            let listed = if rules.use_ecr {
+            if rules.use_ecr {
                 ctx.ecr.list_repositories(&pattern.registry, "").await
             } else {
                 ctx.registry
                     .list_repositories(&pattern.registry, &rules.creds)
                     .await
-            };
-            registry_call(ctx, &pattern.registry, listed)
+            }
         })
         .await
         .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
@@ -706,7 +697,7 @@ async fn reconcile_pattern(
         {
             ctx.metrics
                 .push_to_commit_seconds
-                .observe(since.elapsed().as_secs_f64());
+                .observe(since.as_secs_f64());
         }
         results[i].outcome = write;
     }
@@ -864,7 +855,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     {
         ctx.metrics
             .push_to_commit_seconds
-            .observe(since.elapsed().as_secs_f64());
+            .observe(since.as_secs_f64());
     }
     Ok(Outcome {
         latest,
@@ -1226,25 +1217,6 @@ fn join_path(base: &str, path: &str) -> String {
         (false, true) => base.to_string(),
         (false, false) => format!("{base}/{path}"),
     }
-}
-
-fn registry_call<T>(
-    ctx: &Context,
-    registry: &str,
-    result: Result<T, RegistryError>,
-) -> Result<T, RegistryError> {
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(e) => e.category(),
-    };
-    ctx.metrics
-        .registry_requests
-        .get_or_create(&RegistryLabels {
-            registry: registry.to_string(),
-            outcome: outcome.to_string(),
-        })
-        .inc();
-    result
 }
 
 /// Step 5 (pure): the status this reconcile should leave.
