@@ -81,6 +81,16 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
         ("ext::sh -c touch% /tmp/pwned", "", "file://"),
         ("git://git.example.com/org/m.git", "", "file://"),
         ("https://-oProxyCommand=x/m.git", "", "file://"),
+        (
+            "http://127.0.0.1:8080/m.git",
+            "",
+            "http:// (credentials and content in the clear)",
+        ),
+        (
+            "HTTP://git.example.com/org/m.git",
+            "",
+            "http:// (credentials",
+        ),
     ];
     for (i, (url, secret_ref, expected)) in refused.iter().enumerate() {
         let yaml = watch_yaml(&ns.name, &format!("bad-{i}"), url, secret_ref);
@@ -90,7 +100,7 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
     }
     let accepted = [
         "https://git.example.com/org/m.git",
-        "http://127.0.0.1:8080/m.git",
+        "https://127.0.0.1:8443/m.git",
         "ssh://git@git.example.com:2222/org/m.git",
         "git@github.com:org/m.git",
     ];
@@ -103,6 +113,34 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
         );
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         assert!(ok, "{url}: refused: {out}");
+    }
+    // A PromotionPolicy's target repository follows the same rule.
+    for (i, (url, accept)) in [
+        ("http://git.example.com/org/m.git", false),
+        ("file:///var/cache/imagewatch/git/x", false),
+        ("https://git.example.com/org/m.git", true),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let yaml = format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: policy-{i}, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api}}}}}}
+  to:
+    git: {{url: "{url}", branch: main}}
+    path: overlays/production
+  mode: Commit
+"#,
+            ns = ns.name
+        );
+        let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
+        assert_eq!(ok, *accept, "PromotionPolicy with {url}: {out}");
+        if !accept {
+            assert!(out.contains("spec.to.git.url"), "{url}: {out}");
+        }
     }
     Ok(())
 }
