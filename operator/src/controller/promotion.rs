@@ -1639,17 +1639,9 @@ async fn check_signatures(
                 continue;
             }
         };
-        if is_ecr_host(&repo.registry).is_some() && secret.is_none() {
-            facts.push(SignatureFact {
-                reference,
-                check: SignatureCheck::Error(
-                    "ECR through the operator's AWS identity cannot be checked for signatures \
-                     yet; set spec.to.registrySecretRef"
-                        .into(),
-                ),
-            });
-            continue;
-        }
+        // ECR without a pull Secret: the operator's AWS identity, as for the image gate; its
+        // signatures are read through the registry API with that identity's registry token.
+        let use_ecr = is_ecr_host(&repo.registry).is_some() && secret.is_none();
         let creds = match (secret, creds_by_host.get(&repo.registry)) {
             (_, Some(c)) => c.clone(),
             (Some(secret), None) => {
@@ -1659,10 +1651,24 @@ async fn check_signatures(
                 creds_by_host.insert(repo.registry.clone(), c.clone());
                 c
             }
+            (None, None) if use_ecr => match ctx.ecr.registry_credentials(&repo.registry).await {
+                Ok(c) => {
+                    creds_by_host.insert(repo.registry.clone(), c.clone());
+                    c
+                }
+                Err(e) => {
+                    facts.push(SignatureFact {
+                        reference,
+                        check: SignatureCheck::Error(e.to_string()),
+                    });
+                    continue;
+                }
+            },
             (None, None) => Credentials::Anonymous,
         };
         let digest = match &image.digest {
             Some(d) => Ok(Some(d.clone())),
+            None if use_ecr => ctx.ecr.digest(&repo, &image.tag, &creds).await,
             None => {
                 ctx.registry
                     .manifest_digest(&repo, &image.tag, &creds)
