@@ -319,6 +319,22 @@ spec:
         ))?;
     }
 
+    // What Argo CD reports of b-app: its revision is team-b's head commit.
+    t.apply(&format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: b-app, namespace: {argocd}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: ""}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
+status:
+  sync: {{status: Synced, revision: {head}}}
+  health: {{status: Healthy}}
+"#,
+        argocd = t.argocd.name
+    ))?;
+
     // team-a, without credentials for that repository: by URL, and by naming team-b's
     // Applications in a tracking annotation (both forms) or an instance label.
     let watch = |name: &str, meta: &str, git: &str| {
@@ -373,6 +389,61 @@ spec:
         );
         seen.push(status);
     }
+    // A PromotionPolicy of team-a (in its own repository) whose application gate names
+    // team-b's Application: answered as if it did not exist, nothing of it shown.
+    let a_dir = tempfile::tempdir()?;
+    for (overlay, tag) in [("staging", "v2.0.0"), ("production", "v1.0.0")] {
+        let path = a_dir.path().join("overlays").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
+            ),
+        )?;
+    }
+    let a_repo = format!("tenant-a-{}", random_suffix());
+    let a_url = git.new_repo(&a_repo, a_dir.path())?;
+    create_git_secret(&admin, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: borrow-gate, namespace: {a}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{a_url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+  gates:
+    application: {{name: b-app, namespace: {argocd}}}
+  mode: Commit
+  interval: 10s
+"#,
+        argocd = t.argocd.name
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(admin.clone(), &a);
+    let gated = wait_until("borrow-gate's application gate", TIMEOUT, || async {
+        let p = policies.get("borrow-gate").await?;
+        let c = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "GatesPassing"))
+            .cloned();
+        Ok(c.filter(|c| c.reason == "ApplicationNotHealthy")
+            .map(|c| (c.message, p)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        gated
+            .0
+            .contains("does not exist or does not deploy to this namespace"),
+        "{}",
+        gated.0
+    );
+    assert_eq!(git.commit_count(&a_repo, "main")?, 1, "nothing promoted");
+    seen.push(serde_json::to_string(&gated.1.status)?);
+
     // The Events of team-a's namespace, once every watch has reported.
     seen.push(
         t.ground

@@ -1306,7 +1306,7 @@ async fn reconcile_policy(
     let pr_branch = render::branch_name(&namespace, &name);
     let gates_spec = spec.gates.clone().unwrap_or_default();
     let app_facts = match &gates_spec.application {
-        Some(app) => Some(read_application(client, &app.namespace, &app.name).await?),
+        Some(app) => Some(read_application(client, &app.namespace, &app.name, &namespace).await?),
         None => None,
     };
 
@@ -1496,10 +1496,15 @@ async fn reconcile_policy(
     Ok(outcome)
 }
 
+/// The Argo CD Application a `gates.application` names, as far as the policy in
+/// `policy_namespace` may see it: one that neither lives in nor deploys to that namespace is
+/// reported like a missing one, so a tenant learns nothing of other tenants' Applications
+/// (their sync state, health or revision).
 async fn read_application(
     client: &Client,
     namespace: &str,
     name: &str,
+    policy_namespace: &str,
 ) -> Result<ApplicationFacts, PromotionError> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
@@ -1512,6 +1517,7 @@ async fn read_application(
         Err(kube::Error::Api(s)) if s.code == 404 => None,
         Err(e) => return Err(e.into()),
     };
+    let app = app.filter(|app| super::argocd::deploys_to(namespace, &app.data, policy_namespace));
     Ok(match app {
         Some(app) => {
             let (sync, health, revision) = application_state(&app.data);
