@@ -564,6 +564,64 @@ spec:
         "{metrics}"
     );
 
+    // A PromotionPolicy of team-a whose imageExists gate would read an ECR repository with
+    // the operator's AWS identity: the rule allows neither that registry nor the identity,
+    // so nothing is asked of ECR and nothing is written.
+    let ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-b/api";
+    let promo_dir = tempfile::tempdir()?;
+    for (overlay, tag) in [("staging", "v2.0.0"), ("production", "v1.0.0")] {
+        let path = promo_dir.path().join("apps/a").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!("resources: []\nimages:\n- name: api\n  newName: {ecr}\n  newTag: {tag}\n"),
+        )?;
+    }
+    let promo_repo = format!("allow-promo-{}", random_suffix());
+    let promo_url = git.new_repo(&promo_repo, promo_dir.path())?;
+    t.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: ecr-gate, namespace: {a}}}
+spec:
+  from: {{path: apps/a/staging}}
+  to:
+    git: {{url: "{promo_url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: apps/a/production
+  gates: {{imageExists: true}}
+  mode: Commit
+  interval: 10s
+"#
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(admin.clone(), &a);
+    let refused = wait_until("ecr-gate NotAllowed", TIMEOUT, || async {
+        let p = policies.get("ecr-gate").await?;
+        Ok(p.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.reason == "NotAllowed")
+            .map(|c| c.message.clone()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        refused.contains("team-a-rule") && refused.contains("operator's AWS identity"),
+        "{refused}"
+    );
+    assert_eq!(
+        git.commit_count(&promo_repo, "main")?,
+        1,
+        "nothing promoted"
+    );
+    let metrics = t.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"PromotionPolicy\",check=\"aws\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+
     // The admin widens the rule: the change is picked up without touching the watch.
     t.apply(&allow("apps/a, apps/b"))?;
     t.wait_reason(&a, "api", "UpToDate").await?;

@@ -1399,6 +1399,9 @@ async fn reconcile_policy(
         pinned: candidate.pinned,
         ..Default::default()
     };
+    if gates_spec.image_exists.unwrap_or(false) || gates_spec.signature.is_some() {
+        check_gate_registries_allowed(policy, &candidate, shared).await?;
+    }
     if gates_spec.image_exists.unwrap_or(false) {
         facts.image_exists = Some(check_images(policy, &candidate, shared).await?);
     }
@@ -1539,6 +1542,37 @@ async fn read_application(
             containment: Containment::Unknown(String::new()),
         },
     })
+}
+
+/// The registries the image gates read (every promoted repository, after `imageRewrite`)
+/// and, for ECR without `to.registrySecretRef`, the operator's AWS identity: allowed to the
+/// policy's namespace by the allow-list, or `NotAllowed` before anything is read.
+async fn check_gate_registries_allowed(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    shared: &Shared,
+) -> Result<(), PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let secret = policy.spec.to.registry_secret_ref.as_ref();
+    let images: Vec<&str> = candidate
+        .changes()
+        .map(|image| image.repository.as_str())
+        .collect();
+    let aws = secret.is_none()
+        && images
+            .iter()
+            .any(|image| is_ecr_host(image.split('/').next().unwrap_or_default()).is_some());
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: None,
+        images,
+        aws,
+    };
+    let ctx = &shared.ctx;
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "PromotionPolicy", ask, None)
+        .await?;
+    Ok(())
 }
 
 /// `imageExists`: a manifest HEAD for every changed reference, with the target registry's
