@@ -484,13 +484,14 @@ impl Prepared<'_> {
         keys: &VerifyKeys,
         digest: &str,
     ) -> Result<crate::signature::Verdict, ReconcileError> {
+        let creds = self.signature_credentials(ctx).await?;
         let result = crate::signature::fetch::check(
             &ctx.registry,
             &ctx.signatures,
             &keys.cache_key,
             &self.repo,
             digest,
-            &self.rules.creds,
+            &creds,
             &keys.keys,
         )
         .await;
@@ -500,6 +501,50 @@ impl Prepared<'_> {
             result.as_ref().map_or("error", |v| v.outcome()),
         );
         Ok(result?)
+    }
+
+    /// The credentials signatures are read with: the watch's own, or for ECR reached through
+    /// the operator's AWS identity, the registry token that identity is issued (signatures
+    /// are not in the ECR API; the same identity reads them through the registry API).
+    async fn signature_credentials(&self, ctx: &Context) -> Result<Credentials, ReconcileError> {
+        if !self.rules.use_ecr {
+            return Ok(self.rules.creds.clone());
+        }
+        let creds = ctx.ecr.registry_credentials(&self.repo.registry).await;
+        Ok(creds?)
+    }
+
+    /// The tag to write, its digest and (with `spec.verify`) the newest better tag refused
+    /// for its signature: see [`verify_mode`]. `group_tag` is what the watch's group chose.
+    async fn choose(
+        &self,
+        ctx: &Context,
+        verify: Option<&VerifyKeys>,
+        group_tag: Option<&str>,
+    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+        let pinned = self
+            .watch
+            .spec
+            .pin
+            .as_deref()
+            .is_some_and(|p| !p.is_empty());
+        let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
+        if let (VerifyMode::NewestVerified, Some(keys)) = (mode, verify) {
+            return self.verified_choice(ctx, keys).await;
+        }
+        let tag = match group_tag {
+            Some(tag) => tag.to_string(),
+            None => self.own_choice()?,
+        };
+        let digest = self.confirmed_digest(ctx, &tag).await?;
+        if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
+            let verdict = self.verdict(ctx, keys, &digest).await?;
+            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+            if let Some(first) = decision.refused.into_iter().next() {
+                return Err(ReconcileError::Signature(Box::new(first)));
+            }
+        }
+        Ok((tag, digest, None))
     }
 
     /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
@@ -586,9 +631,6 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled
     check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
-        Ok(Some(_)) if watch.spec.verify.is_some() => Err(ReconcileError::InvalidSpec(
-            "spec.verify is not supported for pattern images yet: name one repository".into(),
-        )),
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
             .await
             .map(Reconciled::Pattern),
@@ -618,6 +660,8 @@ async fn reconcile_pattern(
     let git = resolve_git(watch, ctx).await?;
     let validated = validate_rules(watch)?;
     let rules = Arc::new(rules(watch, ctx, &pattern.registry, validated).await?);
+    // With spec.verify: every member's tag is verified in its own repository, with one key set.
+    let verify = verify_keys(watch, &rules, ctx).await?;
 
     // Members: the registry's repositories matching the pattern.
     let catalog_key = CatalogKey {
@@ -650,7 +694,15 @@ async fn reconcile_pattern(
     // Scan, select and confirm per member (bounded concurrency, order kept).
     let planned: Vec<(MemberResult, Option<WriteRequest>)> =
         futures::stream::iter(matched.into_iter().map(|(repository, captures)| {
-            plan_member(watch, ctx, &rules, pattern, &git, repository, captures)
+            plan_member(
+                watch,
+                ctx,
+                (&rules, verify.as_ref()),
+                pattern,
+                &git,
+                repository,
+                captures,
+            )
         }))
         .buffered(MEMBER_CONCURRENCY)
         .collect()
@@ -709,12 +761,13 @@ async fn reconcile_pattern(
     })
 }
 
-/// Steps 2–3 for one member: scan, select, confirm; then its write intent. Failures are
-/// the member's, not the watch's.
+/// Steps 2–3 for one member: scan, select (with `spec.verify`, the newest tag verified in
+/// this member's repository), confirm; then its write intent. Failures are the member's,
+/// not the watch's.
 async fn plan_member(
     watch: &ImageWatch,
     ctx: &Context,
-    rules: &Arc<Rules>,
+    (rules, verify): (&Arc<Rules>, Option<&VerifyKeys>),
     pattern: &PatternImage,
     git: &GitLocation,
     repository: String,
@@ -724,6 +777,7 @@ async fn plan_member(
         repository: repository.clone(),
         captures: captures.clone(),
         latest: None,
+        refused: None,
         outcome: Err(ReconcileError::Internal("not reconciled".into())),
     };
     let repo = RepositoryRef {
@@ -741,9 +795,9 @@ async fn plan_member(
             target,
         )
         .await?;
-        let tag = me.own_choice()?;
+        let (tag, digest, refused) = me.choose(ctx, verify, None).await?;
         result.latest = Some(tag.clone());
-        let digest = me.confirmed_digest(ctx, &tag).await?;
+        result.refused = refused;
         me.write_request(ctx, me.image_for(&tag, &digest), Some(git.clone()))
             .await
     }
@@ -796,32 +850,10 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         None => None,
     };
     // With spec.verify: only a tag whose signature verifies is written.
-    let verify = verify_keys(watch, &me, ctx).await?;
-    let pinned = spec.pin.as_deref().is_some_and(|p| !p.is_empty());
-    let (tag, digest, refused) = match (&verify, &group) {
-        (Some(keys), None) if !pinned => me.verified_choice(ctx, keys).await?,
-        (Some(keys), _) => {
-            let tag = match &group {
-                Some(g) => g.tag.clone(),
-                None => me.own_choice()?,
-            };
-            let digest = me.confirmed_digest(ctx, &tag).await?;
-            let verdict = me.verdict(ctx, keys, &digest).await?;
-            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
-            if let Some(first) = decision.refused.into_iter().next() {
-                return Err(ReconcileError::Signature(Box::new(first)));
-            }
-            (tag, digest, None)
-        }
-        (None, _) => {
-            let tag = match &group {
-                Some(g) => g.tag.clone(),
-                None => me.own_choice()?,
-            };
-            let digest = me.confirmed_digest(ctx, &tag).await?;
-            (tag, digest, None)
-        }
-    };
+    let verify = verify_keys(watch, &me.rules, ctx).await?;
+    let (tag, digest, refused) = me
+        .choose(ctx, verify.as_ref(), group.as_ref().map(|g| g.tag.as_str()))
+        .await?;
     let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
@@ -869,27 +901,45 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
 /// Candidate tags checked for a verified signature per reconcile, best first.
 const VERIFY_CANDIDATES: usize = 5;
 
-/// The keys `spec.verify` trusts and the cache key of their verdicts; None without it.
+/// How `spec.verify` takes part in choosing the tag to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerifyMode {
+    /// No verification: the rules' (or the pin's, or the group's) tag.
+    Off,
+    /// The newest candidate whose signature verifies; newer ones are refused.
+    NewestVerified,
+    /// Exactly the pinned or the group's tag, only if its signature verifies.
+    ThisTag,
+}
+
+/// The way a watch verifies (pure): a pin or a group's tag is not traded for an older
+/// verified one (that would be another tag than the one asked for, or split the group), so
+/// it is written only if it verifies; otherwise the newest verified candidate is chosen. The
+/// same holds for a pattern's members, each in its own repository (they have no group).
+fn verify_mode(verify: bool, pinned: bool, grouped: bool) -> VerifyMode {
+    match (verify, pinned || grouped) {
+        (false, _) => VerifyMode::Off,
+        (true, false) => VerifyMode::NewestVerified,
+        (true, true) => VerifyMode::ThisTag,
+    }
+}
+
+/// The keys `spec.verify` trusts and the cache key of their verdicts; None without it. The
+/// cache key carries the credentials the registry is read with (the watch's Secret, or the
+/// operator's identity for ECR), so one tenant's verified verdict is not another's.
 async fn verify_keys(
     watch: &ImageWatch,
-    me: &Prepared<'_>,
+    rules: &Rules,
     ctx: &Context,
 ) -> Result<Option<VerifyKeys>, ReconcileError> {
     let Some(verify) = &watch.spec.verify else {
         return Ok(None);
     };
-    let keys = signature_keys(ctx, &me.rules.namespace, &verify.cosign, "spec.verify").await?;
-    if me.rules.use_ecr {
-        return Err(ReconcileError::InvalidSpec(
-            "spec.verify needs the registry API: ECR read through the operator's AWS identity \
-             (provider aws, or no secretRef) is not supported yet; give a pull Secret"
-                .into(),
-        ));
-    }
+    let keys = signature_keys(ctx, &rules.namespace, &verify.cosign, "spec.verify").await?;
     let cache_key = format!(
         "{}|{:?}",
         crate::signature::keys_fingerprint(&keys),
-        me.rules.credential_key
+        rules.credential_key
     );
     Ok(Some(VerifyKeys { keys, cache_key }))
 }
@@ -1498,5 +1548,21 @@ async fn publish_events(
 async fn publish(watch: &ImageWatch, event: &Event, ctx: &Context) {
     if let Err(e) = ctx.recorder.publish(event, &super::object_ref(watch)).await {
         tracing::warn!(error = %e, "cannot publish Event");
+    }
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use super::{VerifyMode, verify_mode};
+
+    #[test]
+    fn a_pin_or_a_group_tag_is_verified_as_it_is_otherwise_the_newest_verified_wins() {
+        assert_eq!(verify_mode(false, false, false), VerifyMode::Off);
+        assert_eq!(verify_mode(false, true, true), VerifyMode::Off);
+        // A watch of one repository and every member of a pattern (never grouped).
+        assert_eq!(verify_mode(true, false, false), VerifyMode::NewestVerified);
+        assert_eq!(verify_mode(true, true, false), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, false, true), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, true, true), VerifyMode::ThisTag);
     }
 }

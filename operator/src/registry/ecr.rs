@@ -24,6 +24,14 @@
 //! the SDK's standard `AWS_ENDPOINT_URL_ECR` / `AWS_ENDPOINT_URL` environment variables,
 //! which [`load_aws_config`] honours.
 //!
+//! # Registry API credentials
+//!
+//! Signatures (cosign's `sha256-<digest>.sig` tags and bundle referrers) are not in
+//! `DescribeImages`: they are read through the registry API of the same host, with the
+//! Basic credentials `GetAuthorizationToken` issues to the same AWS identity
+//! ([`EcrTagSource::registry_credentials`]; what `docker login` to ECR does). Tokens are kept
+//! until shortly before they expire.
+//!
 //! # Pattern watches
 //!
 //! One rule for many applications (`team/*/api` → `services/$1/overlays/stg`):
@@ -185,6 +193,8 @@ pub struct EcrTagSource {
     clients: Mutex<HashMap<(String, bool), Client>>,
     /// HTTP attempts sent to the ECR API, by endpoint host and outcome.
     requests: RequestCounts,
+    /// Registry API credentials by registry host, with the time to fetch new ones.
+    tokens: Mutex<HashMap<String, (Credentials, std::time::Instant)>>,
 }
 
 /// HTTP requests by (host, outcome), shared with the clients' interceptors.
@@ -267,6 +277,7 @@ impl EcrTagSource {
             options,
             clients: Mutex::new(HashMap::new()),
             requests: RequestCounts::default(),
+            tokens: Mutex::new(HashMap::new()),
         }
     }
 
@@ -420,6 +431,56 @@ impl EcrTagSource {
             .map(str::to_string))
     }
 
+    /// Basic credentials for the registry API of `registry_host` (`AWS` and the token
+    /// `GetAuthorizationToken` returns for the registry's account), for what the ECR API does
+    /// not serve: signature artifacts. Cached until [`TOKEN_RENEW_BEFORE`] before they expire.
+    pub async fn registry_credentials(
+        &self,
+        registry_host: &str,
+    ) -> Result<Credentials, RegistryError> {
+        let registry = EcrRegistry::parse(registry_host)?;
+        let now = std::time::Instant::now();
+        {
+            let tokens = self
+                .tokens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((creds, renew_at)) = tokens.get(&registry.host)
+                && now < *renew_at
+            {
+                return Ok(creds.clone());
+            }
+        }
+        #[allow(deprecated)] // registryIds is deprecated but still selects the account's token
+        let output = self
+            .client(&registry)
+            .await
+            .get_authorization_token()
+            .registry_ids(&registry.account)
+            .send()
+            .await
+            .map_err(|e| map_sdk_error(e, &registry, None))?;
+        let data = output.authorization_data().first().ok_or_else(|| {
+            RegistryError::Protocol(format!(
+                "{}: GetAuthorizationToken returned no authorization data",
+                registry.host
+            ))
+        })?;
+        let (creds, lifetime) = decode_authorization(
+            data.authorization_token().unwrap_or_default(),
+            data.expires_at().map(|t| t.secs()),
+            jiff::Timestamp::now().as_second(),
+        )
+        .map_err(|why| RegistryError::Protocol(format!("{}: {why}", registry.host)))?;
+        if let Some(lifetime) = lifetime {
+            self.tokens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(registry.host.clone(), (creds.clone(), now + lifetime));
+        }
+        Ok(creds)
+    }
+
     /// Names of the repositories in `registry_host` that start with `prefix` (all of them
     /// when `prefix` is empty), sorted. For pattern watches: list with
     /// [`pattern_prefix`], then keep the names [`match_pattern`] accepts.
@@ -488,6 +549,37 @@ impl TagSource for EcrTagSource {
     ) -> BoxFuture<'a, Result<Option<String>, RegistryError>> {
         Box::pin(self.image_digest(repo, reference))
     }
+}
+
+/// How long before its expiry a registry token is replaced.
+pub const TOKEN_RENEW_BEFORE: Duration = Duration::from_secs(15 * 60);
+
+/// The credentials in an ECR authorization token (base64 of `user:password`) and how long to
+/// keep them: until [`TOKEN_RENEW_BEFORE`] before `expires_at` (seconds since the epoch),
+/// `None` when that is already past or unknown (pure).
+fn decode_authorization(
+    token: &str,
+    expires_at: Option<i64>,
+    now: i64,
+) -> Result<(Credentials, Option<Duration>), String> {
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .map_err(|_| "GetAuthorizationToken returned a token that is not base64".to_string())?;
+    let text = String::from_utf8(decoded)
+        .map_err(|_| "GetAuthorizationToken returned a token that is not text".to_string())?;
+    let (user, password) = text
+        .split_once(':')
+        .filter(|(user, password)| !user.is_empty() && !password.is_empty())
+        .ok_or_else(|| {
+            "GetAuthorizationToken returned a token without user:password".to_string()
+        })?;
+    let lifetime = expires_at
+        .and_then(|at| u64::try_from(at - now).ok())
+        .map(Duration::from_secs)
+        .and_then(|left| left.checked_sub(TOKEN_RENEW_BEFORE))
+        .filter(|keep| !keep.is_zero());
+    Ok((Credentials::basic(user, password), lifetime))
 }
 
 fn invalid_reference(reference: &str) -> RegistryError {
