@@ -213,3 +213,52 @@ pub fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
 pub fn sample(name: &str) -> std::path::PathBuf {
     repo_root().join("samples").join(name)
 }
+
+/// The OpenPGP key files used to sign commits in tests (`operator/src/git/testdata`).
+pub fn signing_key(name: &str) -> std::path::PathBuf {
+    repo_root().join("operator/src/git/testdata").join(name)
+}
+
+/// `git verify-commit --raw rev` in the bare repository `git_dir`, trusting only the public
+/// half of `signing_key` (an OpenPGP key) in a GnuPG home of its own; gpg's status lines.
+/// Fails when the commit carries no signature or one that does not verify.
+pub fn verify_openpgp_commit(
+    git_dir: &Path,
+    rev: &str,
+    signing_key: &Path,
+) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    use std::process::Command;
+    let gnupg = tempfile::Builder::new()
+        .prefix("iw-gpg")
+        .tempdir_in("/tmp")?;
+    let public = imagewatch::git::CommitSigner::from_file(signing_key)?.public_key();
+    std::fs::write(gnupg.path().join("public.asc"), public)?;
+    let import = Command::new("gpg")
+        .arg("--homedir")
+        .arg(gnupg.path())
+        .args(["--batch", "--import"])
+        .arg(gnupg.path().join("public.asc"))
+        .output()
+        .context("running gpg (Debian package gnupg)")?;
+    anyhow::ensure!(import.status.success(), "gpg --import: {import:?}");
+    let verify = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["verify-commit", "--raw", rev])
+        .env("GNUPGHOME", gnupg.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()?;
+    let verdict = String::from_utf8_lossy(&verify.stderr).to_string();
+    let _ = Command::new("gpgconf")
+        .arg("--homedir")
+        .arg(gnupg.path())
+        .args(["--kill", "all"])
+        .output();
+    anyhow::ensure!(
+        verify.status.success(),
+        "git verify-commit {rev}: {verdict}"
+    );
+    Ok(verdict)
+}

@@ -328,33 +328,8 @@ async fn a_github_app_pushes_an_openpgp_signed_commit() -> anyhow::Result<()> {
         raw.contains("\ngpgsig -----BEGIN PGP SIGNATURE-----\n"),
         "{raw}"
     );
-    let gnupg = tempfile::Builder::new()
-        .prefix("iw-gpg")
-        .tempdir_in("/tmp")?;
-    let public = imagewatch::git::CommitSigner::from_file(&signing_key)?.public_key();
-    std::fs::write(gnupg.path().join("public.asc"), public)?;
-    let import = Command::new("gpg")
-        .arg("--homedir")
-        .arg(gnupg.path())
-        .args(["--batch", "--import"])
-        .arg(gnupg.path().join("public.asc"))
-        .output()?;
-    anyhow::ensure!(import.status.success(), "gpg --import: {import:?}");
-    let verify = Command::new("git")
-        .arg("--git-dir")
-        .arg(git.repo_dir(&repo))
-        .args(["verify-commit", "--raw", "main"])
-        .env("GNUPGHOME", gnupg.path())
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()?;
-    let verdict = String::from_utf8_lossy(&verify.stderr).to_string();
-    let _ = Command::new("gpgconf")
-        .arg("--homedir")
-        .arg(gnupg.path())
-        .args(["--kill", "all"])
-        .output();
-    assert!(verify.status.success(), "{verdict}");
+    let verdict =
+        imagewatch_e2e::setup::verify_openpgp_commit(&git.repo_dir(&repo), "main", &signing_key)?;
     assert!(
         verdict.contains("[GNUPG:] VALIDSIG 0C038580A4A2A3E0A9012C8578A564EBDC3E3DA9 "),
         "{verdict}"

@@ -806,7 +806,13 @@ status:
 #[tokio::test]
 async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() -> anyhow::Result<()>
 {
-    let s = Scenario::start("promo-commit", &[]).await?;
+    // Promotion commits are signed like every other commit.
+    let signing_key = imagewatch_e2e::setup::signing_key("openpgp-ed25519.asc");
+    let s = Scenario::start(
+        "promo-commit",
+        &["--signing-key", &signing_key.display().to_string()],
+    )
+    .await?;
     s.apply(APPLICATION_CRD)?;
     s.ground.kubectl(&[
         "wait",
@@ -927,6 +933,15 @@ spec:
             "imagewatch\nPromote my-api:v2.0.0, my-api-worker:v2.0.0 to overlays/production"
         ),
         "{message}"
+    );
+    let verdict = imagewatch_e2e::setup::verify_openpgp_commit(
+        &git.repo_dir(&repo),
+        "release",
+        &signing_key,
+    )?;
+    assert!(
+        verdict.contains("[GNUPG:] VALIDSIG 0C038580A4A2A3E0A9012C8578A564EBDC3E3DA9 "),
+        "{verdict}"
     );
 
     // Rollback: pin the previous tags. A new candidate needs a new approval.

@@ -72,7 +72,7 @@ use crate::{
     forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest},
     git::{
         Author, FileEdit, GitAuth, GitError, Oid, PushMode, RepoCache, WriteOutcome,
-        write_with_retry,
+        write_with_retry_signed,
     },
     promotion::{
         self, Candidate, CandidateError, CandidateInput, GateFacts, GateReport, Inventory,
@@ -139,6 +139,8 @@ struct Shared {
     ctx: Arc<Context>,
     cache: Arc<RepoCache>,
     author: Author,
+    /// Signs promotion commits, as the writer signs every other commit.
+    signer: Option<crate::git::CommitSigner>,
     push_attempts: u32,
     http: reqwest::Client,
     failures: Mutex<HashMap<ObjectRef<DeserializeGuard<PromotionPolicy>>, u32>>,
@@ -165,8 +167,10 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
             return;
         }
     };
+    let signer = ctx.writer.signer().cloned();
     let shared = Arc::new(Shared {
         ctx,
+        signer,
         cache: Arc::new(RepoCache::new(options.cache_dir.join("promotion-git"))),
         author: options.author.clone(),
         push_attempts: options.push_attempts.max(1),
@@ -1786,12 +1790,13 @@ async fn commit_to_target(
     let auth = location.auth.clone();
     let base = location.base.clone();
     let author = shared.author.clone();
+    let signer = shared.signer.clone();
     let attempts = shared.push_attempts;
     let policy_name = policy_name.to_string();
     let source_label = format!("PromotionPolicy {policy_name}");
     blocking(move || {
         let repo = cache.open_or_clone(&url, &auth)?;
-        let outcome = write_with_retry(
+        let outcome = write_with_retry_signed(
             &repo,
             &base,
             &auth,
@@ -1820,6 +1825,7 @@ async fn commit_to_target(
                 Ok(Some((edits.files, message)))
             },
             &author,
+            signer.as_ref(),
         )?;
         Ok(match outcome {
             WriteOutcome::Committed { commit, .. } => Some(commit.to_string()),
@@ -1846,10 +1852,19 @@ async fn push_pull_request_branch(
     let url = location.url.clone();
     let auth = location.auth.clone();
     let author = shared.author.clone();
+    let signer = shared.signer.clone();
     let branch = branch.to_string();
     blocking(move || {
         let repo = cache.open_or_clone(&url, &auth)?;
-        let Some(commit) = repo.commit_edits(&branch, base_head, &edits, &message, &author)? else {
+        let Some(commit) = repo.commit_edits_signed(
+            &branch,
+            base_head,
+            &edits,
+            &message,
+            &author,
+            signer.as_ref(),
+        )?
+        else {
             return Err(PromotionError::Internal(
                 "the planned edits change nothing".into(),
             ));

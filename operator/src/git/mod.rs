@@ -52,7 +52,7 @@ pub use push::{PushMode, PushOutcome};
 pub use repo::{Repo, RepoCache};
 pub use sign::{CommitSigner, PgpSigner, SigningKeyError, SshSigner};
 pub use url::check_tenant_url;
-pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry};
+pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry, write_with_retry_signed};
 
 /// Commit ids are libgit2's object ids; re-exported so callers need no
 /// direct `git2` import for the common case.

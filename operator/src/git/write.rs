@@ -90,8 +90,21 @@ pub fn write_with_retry(
     branch: &str,
     auth: &GitAuth,
     max_attempts: u32,
+    apply: impl FnMut(&Repo, Oid) -> Result<Option<(Vec<FileEdit>, String)>>,
+    author: &Author,
+) -> Result<WriteOutcome> {
+    write_with_retry_signed(repo, branch, auth, max_attempts, apply, author, None)
+}
+
+/// [`write_with_retry`], signing each commit with `signer` when given.
+pub fn write_with_retry_signed(
+    repo: &Repo,
+    branch: &str,
+    auth: &GitAuth,
+    max_attempts: u32,
     mut apply: impl FnMut(&Repo, Oid) -> Result<Option<(Vec<FileEdit>, String)>>,
     author: &Author,
+    signer: Option<&super::CommitSigner>,
 ) -> Result<WriteOutcome> {
     let max_attempts = max_attempts.max(1);
     let mut attempt = 0;
@@ -110,7 +123,9 @@ pub fn write_with_retry(
         let Some((edits, message)) = apply(repo, head)? else {
             return Ok(WriteOutcome::NothingToDo { head });
         };
-        let Some(commit) = repo.commit_edits(branch, head, &edits, &message, author)? else {
+        let Some(commit) =
+            repo.commit_edits_signed(branch, head, &edits, &message, author, signer)?
+        else {
             return Ok(WriteOutcome::NothingToDo { head });
         };
         match repo.push(branch, commit, auth) {

@@ -306,6 +306,12 @@ pub struct GitWriter {
 const QUEUE: usize = 4096;
 
 impl GitWriter {
+    /// The key commits are signed with (`--signing-key`), for every commit the operator
+    /// makes, promotion commits included.
+    pub fn signer(&self) -> Option<&CommitSigner> {
+        self.shared.options.signer.as_ref()
+    }
+
     /// A writer keeping its clones under `cache_dir/git`, with default options.
     pub fn new(cache_dir: &Path, author: Author, attempts: u32, metrics: Arc<Metrics>) -> Self {
         let mut options = WriterOptions::new(author);
