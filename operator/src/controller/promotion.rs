@@ -706,6 +706,7 @@ async fn close_recorded(
         labels: Vec::new(),
         auto_merge: false,
         node_id: None,
+        state: Default::default(),
     };
     match forge.close(&pr).await {
         Ok(()) => Ok(false),
@@ -2291,6 +2292,7 @@ mod tests {
             labels: vec![],
             auto_merge: false,
             node_id: None,
+            state: Default::default(),
         }
     }
 
