@@ -350,6 +350,26 @@ impl Gitea {
             .context("the contents API returned no commit")
     }
 
+    /// The text of `path` on `branch`.
+    pub async fn file(&self, repository: &str, branch: &str, path: &str) -> anyhow::Result<String> {
+        let response = self
+            .http
+            .get(format!(
+                "{}/repos/{repository}/raw/{path}?ref={branch}",
+                self.api
+            ))
+            .header("Authorization", format!("token {}", self.token))
+            .send()
+            .await?;
+        let status = response.status();
+        let text = response.text().await?;
+        ensure!(
+            status.is_success(),
+            "Gitea raw {path}@{branch}: HTTP {status}: {text}"
+        );
+        Ok(text)
+    }
+
     /// The head commit of a branch.
     pub async fn branch_head(&self, repository: &str, branch: &str) -> anyhow::Result<String> {
         let v = self

@@ -542,6 +542,7 @@ pub fn pattern_status(
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
         refused: None,
+        pull_request: previous.pull_request.clone(),
         conditions: status::merge_condition(&previous.conditions, condition),
     }
 }

@@ -34,7 +34,7 @@ use super::{
     Context, ReconcileError,
     index::{CatalogKey, CredentialKey, Scan, ScanKey},
     members::{self, MemberResult, PatternImage, PatternOutcome},
-    parse_duration, secrets, status,
+    parse_duration, secrets, status, watch_pr,
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
@@ -57,6 +57,8 @@ pub struct Outcome {
     waiting: Option<String>,
     /// With `spec.verify`: the newest better tag refused for its signature.
     refused: Option<Box<crate::signature::Refused>>,
+    /// With `spec.git.pullRequest`: what was done with the pull request.
+    pull_request: Option<watch_pr::Delivered>,
 }
 
 /// What a successful reconcile found and did.
@@ -110,8 +112,94 @@ pub async fn reconcile(
             None => return Ok(Action::requeue(interval)),
         },
     };
+    if watch.metadata.deletion_timestamp.is_some() {
+        return finalize(watch, &ctx).await;
+    }
     ctx.with_work_slot(reconcile_holding_slot(watch, key, interval, &ctx))
         .await
+}
+
+/// A deleted watch with [`watch_pr::FINALIZER`]: close its recorded open pull request, then
+/// let it go. A forge that fails is retried with backoff for up to ten minutes after the
+/// deletion; then the pull request is left open (said in an Event).
+async fn finalize(watch: &ImageWatch, ctx: &Context) -> Result<Action, ReconcileError> {
+    if !watch_pr::has_finalizer(watch) {
+        return Ok(Action::await_change());
+    }
+    let recorded = watch
+        .status
+        .as_ref()
+        .and_then(|s| s.pull_request.clone())
+        .filter(|p| p.state == "open");
+    let Some(recorded) = recorded else {
+        watch_pr::remove_finalizer(&ctx.client, watch).await?;
+        return Ok(Action::await_change());
+    };
+    let pr = format!("#{} {}", recorded.number, recorded.url);
+    let result = watch_pr::close_on_delete(watch, &recorded, ctx).await;
+    let since = watch
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+        .unwrap_or(Duration::ZERO);
+    let give_up = since >= Duration::from_secs(600);
+    let (type_, reason, note, label) = match &result {
+        Ok(true) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("closed {pr}: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Ok(false) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("{pr} was already closed, merged or gone: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Err(e) if give_up => (
+            EventType::Warning,
+            "PullRequestLeftOpen",
+            format!("gave up closing {pr} of the deleted ImageWatch; it is left open: {e}"),
+            "failed",
+        ),
+        Err(e) => (
+            EventType::Warning,
+            "PullRequestCloseFailed",
+            format!("cannot close {pr} of the deleted ImageWatch, retrying: {e}"),
+            "failed",
+        ),
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: label.to_string(),
+        })
+        .inc();
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&event, &super::object_ref(watch))
+        .await
+    {
+        tracing::debug!(error = %e, "cannot publish Event");
+    }
+    match result {
+        Err(e) if !give_up => {
+            tracing::warn!(watch = %watch.name_any(), error = %e, "closing the pull request of a deleted watch failed");
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        _ => {
+            watch_pr::remove_finalizer(&ctx.client, watch).await?;
+            Ok(Action::await_change())
+        }
+    }
 }
 
 /// Steps 1–5 of [`reconcile`], run while holding a work slot (given back while waiting for
@@ -138,6 +226,13 @@ async fn reconcile_holding_slot(
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(watch, &result, &now);
     publish_events(watch, &result, &new_status, ctx).await;
+    // The finalizer goes once no open pull request is recorded (after a successful step).
+    if result.is_ok()
+        && watch_pr::has_finalizer(watch)
+        && !watch_pr::wants_finalizer(new_status.pull_request.as_ref())
+    {
+        watch_pr::remove_finalizer(&ctx.client, watch).await?;
+    }
     patch_status_if_changed(watch, new_status, ctx).await?;
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
@@ -594,6 +689,18 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled
     check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
+        Ok(Some(_))
+            if watch
+                .spec
+                .git
+                .as_ref()
+                .is_some_and(|g| g.pull_request.is_some()) =>
+        {
+            Err(ReconcileError::InvalidSpec(
+                "spec.git.pullRequest is not supported for pattern images yet: name one repository"
+                    .into(),
+            ))
+        }
         Ok(Some(_)) if watch.spec.verify.is_some() => Err(ReconcileError::InvalidSpec(
             "spec.verify is not supported for pattern images yet: name one repository".into(),
         )),
@@ -834,9 +941,27 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let forge_url = git.url.clone();
     let mine = me
         .write_request(ctx, me.image_for(&tag, &digest), Some(git))
         .await?;
+    if let Some(settings) = pr_settings {
+        let (write, delivered) =
+            write_and_propose(watch, &me, mine, &settings, &forge_url, &tag, ctx).await?;
+        return Ok(Outcome {
+            latest,
+            write: Some(write),
+            suspended: false,
+            waiting: group.and_then(|g| g.waiting),
+            refused: refused.map(Box::new),
+            pull_request: Some(delivered),
+        });
+    }
     let write = match &group {
         Some(g) if !g.others.is_empty() => {
             let mut requests = vec![mine];
@@ -872,7 +997,79 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         suspended: spec.is_suspended(),
         waiting: group.and_then(|g| g.waiting),
         refused: refused.map(Box::new),
+        pull_request: None,
     })
+}
+
+/// `spec.git.pullRequest` (see `watch_pr.rs`): when `branch` already holds the image, the
+/// open pull request is closed and nothing is pushed; otherwise the edit goes to the push
+/// branch and one pull request for it is opened or updated. [`watch_pr::FINALIZER`] is added
+/// before a pull request can exist.
+async fn write_and_propose(
+    watch: &ImageWatch,
+    me: &Prepared<'_>,
+    mine: WriteRequest,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge_url: &str,
+    tag: &str,
+    ctx: &Context,
+) -> Result<(WriteResult, watch_pr::Delivered), ReconcileError> {
+    let head = mine
+        .push_branch
+        .clone()
+        .filter(|b| !b.is_empty() && *b != mine.branch)
+        .ok_or_else(|| {
+            ReconcileError::InvalidSpec(
+                "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
+                    .into(),
+            )
+        })?;
+    let base = mine.branch.clone();
+    let on_base = WriteRequest {
+        push_branch: None,
+        dry_run: true,
+        ..mine.clone()
+    };
+    // The push branch first (nothing is pushed when `branch` already holds the edit), then
+    // `branch` as that write fetched it: whether a pull request is still wanted is decided
+    // on the newest head, so one merged meanwhile is not answered by opening another.
+    let write = ctx.without_work_slot(ctx.writer.apply(mine)).await?;
+    let on_base = ctx.without_work_slot(ctx.writer.apply(on_base)).await?;
+    let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
+    let result = if !on_base.changed_needed {
+        watch_pr::close_open(&forge, &head, &base, tag)
+            .await
+            .map(|d| (on_base.clone(), d))
+    } else {
+        if !watch_pr::has_finalizer(watch) {
+            watch_pr::add_finalizer(&ctx.client, watch).await?;
+        }
+        let vars = watch_pr::TextVars {
+            image: me.image.clone(),
+            tag: tag.to_string(),
+            watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
+            branch: base.clone(),
+            file: write.file.clone(),
+            before: on_base.current_before.clone(),
+        };
+        let new = watch_pr::proposal(settings, &head, &vars);
+        watch_pr::propose(&forge, &new, tag, write.commit.is_some())
+            .await
+            .map(|d| (write, d))
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: match &result {
+                Ok((_, d)) => d.action.label().to_string(),
+                Err(_) => "failed".to_string(),
+            },
+        })
+        .inc();
+    for warning in result.iter().flat_map(|(_, d)| &d.warnings) {
+        tracing::warn!(watch = %watch.name_any(), %warning, "pull request");
+    }
+    result
 }
 
 /// Candidate tags checked for a verified signature per reconcile, best first.
@@ -1191,7 +1388,12 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
             branch: git.branch().to_string(),
             auth,
             base_path: String::new(),
-            push_branch: git.push_branch.clone(),
+            // With a pull request and no push branch: the watch's own branch.
+            push_branch: git.push_branch.clone().or_else(|| {
+                git.pull_request
+                    .as_ref()
+                    .map(|_| super::watch_pr::default_push_branch("{namespace}", "{name}"))
+            }),
         });
     }
     let (source, secret) = super::argocd::resolve_cached(
@@ -1281,8 +1483,39 @@ pub fn build_status(
             Err(ReconcileError::Signature(refused)) => Some(refused_tag(refused)),
             Err(_) => previous.refused.clone(),
         },
+        pull_request: previous.pull_request.clone(),
         conditions: previous.conditions.clone(),
     };
+    if let Ok(Outcome {
+        pull_request: Some(delivered),
+        ..
+    }) = result
+    {
+        next.pull_request = watch_pr::status_of(delivered, previous.pull_request.as_ref());
+        let open = next.pull_request.as_ref().filter(|p| p.state == "open");
+        let message = match (open, &next.pull_request) {
+            (Some(p), _) => format!("#{} {} proposes {}", p.number, p.url, delivered.tag),
+            (None, Some(p)) => format!(
+                "#{} {} is {}: the base branch holds {}",
+                p.number, p.url, p.state, delivered.tag
+            ),
+            (None, None) => format!("the base branch holds {}", delivered.tag),
+        };
+        let mut message = message;
+        if !delivered.warnings.is_empty() {
+            message.push_str(&format!(" ({})", delivered.warnings.join("; ")));
+        }
+        // Nothing open any more: the reason keeps saying how the last one ended.
+        let reason = match (delivered.action, &next.pull_request) {
+            (watch_pr::PrAction::NotNeeded, Some(p)) if p.state == "closed" => "Closed",
+            (watch_pr::PrAction::NotNeeded, Some(p)) if p.state == "merged" => "Merged",
+            (action, _) => action.condition_reason(),
+        };
+        let mut condition =
+            status::ready_condition(open.is_some(), reason, &message, generation, now);
+        condition.type_ = imagewatch_crd::conditions::PULL_REQUEST_OPEN.to_string();
+        next.conditions = status::merge_condition(&next.conditions, condition);
+    }
     let condition = match result {
         Ok(outcome) => {
             next.latest = Some(outcome.latest.clone());
@@ -1387,7 +1620,7 @@ pub fn build_status(
         }
         _ => condition,
     };
-    next.conditions = status::merge_condition(&previous.conditions, condition);
+    next.conditions = status::merge_condition(&next.conditions, condition);
     next
 }
 
@@ -1501,6 +1734,32 @@ async fn publish_events(
         _ => None,
     };
     if let Some(event) = event {
+        publish(watch, &event, ctx).await;
+    }
+    // The pull request of the push branch opened, updated or closed.
+    if let Ok(Reconciled::Single(Outcome {
+        pull_request: Some(d),
+        ..
+    })) = result
+        && let (Some(reason), Some(pr)) = (d.action.event_reason(), &d.pull_request)
+    {
+        let note = match d.action {
+            watch_pr::PrAction::Closed => format!(
+                "closed #{} {}: the base branch holds {}",
+                pr.number, pr.url, d.tag
+            ),
+            _ => format!(
+                "#{} {} proposes {} from {}",
+                pr.number, pr.url, d.tag, d.branch
+            ),
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note),
+            action: "PullRequest".into(),
+            secondary: None,
+        };
         publish(watch, &event, ctx).await;
     }
     // A newer tag refused for its signature while an older verified one is written.

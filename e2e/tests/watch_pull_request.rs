@@ -1,0 +1,363 @@
+//! `spec.git.pullRequest` of an ImageWatch on a real Gitea (built by `e2e/scripts/gitea.sh`):
+//! the edit goes to the push branch and one pull request into `branch` is opened and kept
+//! current; a newer tag updates the same one; it is closed when `branch` holds the tag; a
+//! pull request opened just before a crash (not yet in the status) is adopted after the
+//! restart; deleting the watch closes its open pull request.
+
+use std::time::Duration;
+
+use imagewatch_crd::ImageWatch;
+use imagewatch_e2e::{
+    gitea::{ADMIN, Gitea},
+    ground::random_suffix,
+    operator::metric,
+    setup::{Scenario, create_secret},
+    wait_until,
+};
+use kube::{Api, api::DeleteParams};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const FILE: &str = "apps/api/deployment.yaml";
+
+fn deployment(image: &str, tag: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\nspec:\n  template:\n    spec:\n      containers:\n        - name: api\n          image: {image}:{tag}   # written by imagewatch\n"
+    )
+}
+
+/// A Gitea repository holding `image:tag`, the Secrets for it, and the watch's YAML.
+struct Setup {
+    repo: String,
+    image_repo: String,
+    image: String,
+    yaml: String,
+}
+
+async fn setup(s: &Scenario, gitea: &Gitea, extra: &str) -> anyhow::Result<Setup> {
+    let registry = s.ground.registry()?;
+    let image_repo = format!("e2e/pr-{}", random_suffix());
+    let image = format!("{}/{image_repo}", registry.host);
+    registry.push(&image_repo, "v1.0.0")?;
+    let repo = gitea.create_repo("manifests").await?;
+    gitea
+        .put_file(&repo, FILE, &deployment(&image, "v1.0.0"), "main", None)
+        .await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "gitea-git",
+        "Opaque",
+        &[("username", ADMIN), ("password", &gitea.token)],
+    )
+    .await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "gitea-api",
+        "Opaque",
+        &[("token", &gitea.token)],
+    )
+    .await?;
+    let yaml = format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: api
+  namespace: {ns}
+spec:
+  image: {image}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git:
+    url: {url}
+    branch: main
+    secretRef: {{name: gitea-git}}
+    pullRequest:
+      provider: gitea
+      apiUrl: {api}
+      secretRef: {{name: gitea-api}}
+      title: "chore(api): {{{{image}}}} to {{{{tag}}}}"
+      labels: [image-update]
+{extra}  target:
+    workload: {{path: apps/api, kind: Deployment, name: api, container: api}}
+"#,
+        ns = s.ns.name,
+        url = gitea.git_url(&repo),
+        api = gitea.api,
+    );
+    Ok(Setup {
+        repo,
+        image_repo,
+        image,
+        yaml,
+    })
+}
+
+async fn watch(api: &Api<ImageWatch>) -> anyhow::Result<ImageWatch> {
+    Ok(api.get("api").await?)
+}
+
+/// Waits until `status.pullRequest` satisfies `check`.
+async fn wait_pr(
+    s: &Scenario,
+    what: &str,
+    check: impl Fn(&imagewatch_crd::WatchPullRequest) -> bool,
+) -> anyhow::Result<imagewatch_crd::WatchPullRequest> {
+    wait_until(what, TIMEOUT, || async {
+        let w = watch(&s.watches).await?;
+        Ok(w.status.and_then(|st| st.pull_request).filter(|p| check(p)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))
+}
+
+fn condition(w: &ImageWatch, type_: &str) -> Option<(String, String)> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn file_on(gitea: &Gitea, repo: &str, branch: &str) -> anyhow::Result<String> {
+    gitea.file(repo, branch, FILE).await
+}
+
+#[tokio::test]
+async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<()> {
+    let s = Scenario::start("wpr", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let registry = s.ground.registry()?;
+    let set = setup(&s, &gitea, "").await?;
+    gitea.create_label(&set.repo, "image-update").await?;
+    s.apply(&set.yaml)?;
+
+    // `main` holds the newest tag: no pull request.
+    s.wait_ready("api", "True", "UpToDate").await?;
+    assert!(gitea.pulls(&set.repo, "all").await?.is_empty());
+
+    // A newer tag: the edit goes to the push branch and one pull request is opened.
+    registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
+    let opened = wait_pr(&s, "a pull request for v1.1.0", |p| {
+        p.state == "open" && p.tag.as_deref() == Some("v1.1.0")
+    })
+    .await?;
+    let branch = format!("imagewatch/{}-api", s.ns.name);
+    assert_eq!(opened.branch, branch);
+    let pulls = gitea.pulls(&set.repo, "all").await?;
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let pr = &pulls[0];
+    assert_eq!(pr["number"].as_i64(), Some(opened.number));
+    assert_eq!(pr["head"]["ref"], branch.as_str());
+    assert_eq!(pr["base"]["ref"], "main");
+    assert_eq!(
+        pr["title"],
+        format!("chore(api): {} to v1.1.0", set.image).as_str()
+    );
+    assert_eq!(pr["labels"][0]["name"], "image-update");
+    assert_eq!(opened.url, pr["html_url"].as_str().unwrap_or_default());
+    assert!(
+        file_on(&gitea, &set.repo, &branch)
+            .await?
+            .contains(":v1.1.0")
+    );
+    assert!(
+        file_on(&gitea, &set.repo, "main")
+            .await?
+            .contains(":v1.0.0")
+    );
+    let w = watch(&s.watches).await?;
+    assert_eq!(
+        condition(&w, "PullRequestOpen"),
+        Some(("True".into(), "Opened".into()))
+    );
+    assert!(
+        w.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "imagewatch.dev/close-watch-pull-request"),
+        "finalizer while a pull request is open: {:?}",
+        w.metadata.finalizers
+    );
+    let wide = s
+        .ground
+        .kubectl(&["get", "iw", "api", "-n", &s.ns.name, "-o", "wide"])?;
+    assert!(
+        wide.lines().next().unwrap_or_default().contains("PR") && wide.contains(&opened.url),
+        "{wide}"
+    );
+
+    // A newer tag updates the same pull request.
+    registry.retag(&set.image_repo, "v1.0.0", "v1.2.0")?;
+    let updated = wait_pr(&s, "the pull request at v1.2.0", |p| {
+        p.tag.as_deref() == Some("v1.2.0")
+    })
+    .await?;
+    assert_eq!(updated.number, opened.number);
+    assert_eq!(updated.state, "open");
+    let pulls = gitea.pulls(&set.repo, "all").await?;
+    assert_eq!(pulls.len(), 1, "still one pull request");
+    assert_eq!(
+        pulls[0]["title"],
+        format!("chore(api): {} to v1.2.0", set.image).as_str()
+    );
+    assert!(
+        file_on(&gitea, &set.repo, &branch)
+            .await?
+            .contains(":v1.2.0")
+    );
+
+    // `main` gets the tag by hand: the pull request is closed, the finalizer goes.
+    gitea
+        .put_file(
+            &set.repo,
+            FILE,
+            &deployment(&set.image, "v1.2.0"),
+            "main",
+            None,
+        )
+        .await?;
+    let closed = wait_pr(&s, "the pull request closed", |p| p.state == "closed").await?;
+    assert_eq!(closed.number, opened.number);
+    assert_eq!(
+        gitea.pull(&set.repo, opened.number).await?["state"],
+        "closed"
+    );
+    let w = wait_until("the finalizer to go", TIMEOUT, || async {
+        let w = watch(&s.watches).await?;
+        Ok(w.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .next()
+            .is_none()
+            .then_some(w))
+    })
+    .await?;
+    assert_eq!(
+        condition(&w, "PullRequestOpen"),
+        Some(("False".into(), "Closed".into()))
+    );
+    let metrics = s.operator.metrics().await?;
+    for action in ["opened", "updated", "closed"] {
+        assert!(
+            metric(
+                &metrics,
+                &format!("imagewatch_watch_pull_requests_total{{action=\"{action}\"}}")
+            ) >= 1.0,
+            "{action}: {metrics}"
+        );
+    }
+    let events = s.ground.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &s.ns.name,
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ])?;
+    for reason in [
+        "PullRequestOpened",
+        "PullRequestUpdated",
+        "PullRequestClosed",
+    ] {
+        assert!(events.contains(reason), "{reason} in {events}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn auto_merge_merges_once_the_required_status_passes() -> anyhow::Result<()> {
+    let s = Scenario::start("wpram", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let registry = s.ground.registry()?;
+    let set = setup(&s, &gitea, "").await?;
+    gitea.require_status(&set.repo, "main", "ci").await?;
+    let yaml = set
+        .yaml
+        .replace("labels: [image-update]", "autoMerge: true");
+    s.apply(&yaml)?;
+    s.wait_ready("api", "True", "UpToDate").await?;
+    registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
+    let opened = wait_pr(&s, "a pull request for v1.1.0", |p| p.state == "open").await?;
+    let pr = gitea.pull(&set.repo, opened.number).await?;
+    let sha = pr["head"]["sha"].as_str().unwrap_or_default().to_string();
+    assert!(
+        !pr["merged"].as_bool().unwrap_or(true),
+        "merged before the check"
+    );
+    gitea.set_status(&set.repo, &sha, "ci", "success").await?;
+    wait_until("Gitea to merge it", TIMEOUT, || async {
+        let pr = gitea.pull(&set.repo, opened.number).await?;
+        Ok(pr["merged"].as_bool().unwrap_or(false).then_some(()))
+    })
+    .await?;
+    assert!(
+        file_on(&gitea, &set.repo, "main")
+            .await?
+            .contains(":v1.1.0")
+    );
+    // The watch sees `main` holding the tag and records the pull request as merged.
+    let done = wait_pr(&s, "the pull request merged", |p| p.state == "merged").await?;
+    assert_eq!(done.number, opened.number);
+    assert_eq!(gitea.pulls(&set.repo, "all").await?.len(), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() -> anyhow::Result<()>
+{
+    let hook = imagewatch::controller::watch_pr::CRASH_AFTER_PULL_REQUEST;
+    let mut s = Scenario::start_with_env("wprcrash", &[], &[(hook, "1")]).await?;
+    let gitea = Gitea::start().await?;
+    let registry = s.ground.registry()?;
+    let set = setup(&s, &gitea, "").await?;
+    registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
+    s.apply(&set.yaml)?;
+
+    // The operator opens the pull request and dies before the status records it.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while s.operator.is_running() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the operator did not abort at the hook:\n{}",
+            s.operator.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = std::fs::read_to_string(&s.operator.log)?;
+    anyhow::ensure!(
+        log.contains(hook),
+        "the operator died, but not at the hook:\n{}",
+        s.operator.log_tail(40)
+    );
+    let pulls = gitea.pulls(&set.repo, "open").await?;
+    assert_eq!(pulls.len(), 1, "opened before the crash");
+    let number = pulls[0]["number"].as_i64().unwrap_or_default();
+    let w = watch(&s.watches).await?;
+    assert!(
+        w.status
+            .as_ref()
+            .and_then(|st| st.pull_request.as_ref())
+            .is_none(),
+        "not recorded before the crash"
+    );
+
+    // Restarted: found by its branch and adopted, never opened twice.
+    s.operator.restart_without(hook)?;
+    let adopted = wait_pr(&s, "the pull request adopted", |p| p.state == "open").await?;
+    assert_eq!(adopted.number, number);
+    assert_eq!(gitea.pulls(&set.repo, "all").await?.len(), 1);
+
+    // Deleting the watch closes it, then the watch is gone.
+    s.watches.delete("api", &DeleteParams::default()).await?;
+    wait_until("the watch to be gone", TIMEOUT, || async {
+        Ok(s.watches.get_opt("api").await?.is_none().then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))?;
+    assert_eq!(gitea.pull(&set.repo, number).await?["state"], "closed");
+    Ok(())
+}
