@@ -52,7 +52,9 @@ pub struct GitSource {
     /// ImageWatch only (a PromotionPolicy has `spec.pullRequest`): open one pull request from
     /// the push branch into `branch` and keep it current. A newer tag updates the same pull
     /// request; it is closed when `branch` already holds the tag. `pushBranch` defaults to
-    /// `imagewatch/{namespace}-{name}` here.
+    /// `imagewatch/{namespace}-{name}` here, and for the members of a `spec.group` to the
+    /// shared `imagewatch/{namespace}-group-{group}`: one commit and one pull request per
+    /// group. Not supported for pattern images yet (`InvalidSpec`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<GitPullRequest>,
 }
@@ -77,7 +79,8 @@ pub struct GitPullRequest {
     #[schemars(length(min = 1, max = 512))]
     pub repository: Option<String>,
     /// Title template. Placeholders: `{{image}}` (repository), `{{tag}}`, `{{watch}}`
-    /// (`namespace/name`), `{{branch}}`, `{{file}}`. Defaults to `Update {{image}} to {{tag}}`.
+    /// (`namespace/name`), `{{branch}}`, `{{file}}`, `{{group}}`. Defaults to
+    /// `Update {{image}} to {{tag}}` (a group's: `Update group {{group}} to {{tag}}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub title: Option<String>,

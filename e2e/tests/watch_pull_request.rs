@@ -361,3 +361,101 @@ async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() 
     assert_eq!(gitea.pull(&set.repo, number).await?["state"], "closed");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()> {
+    let s = Scenario::start("wprgroup", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let registry = s.ground.registry()?;
+    let set = setup(&s, &gitea, "").await?;
+    // A second member: the worker, in its own file.
+    let worker_repo = format!("{}-worker", set.image_repo);
+    let worker = format!("{}-worker", set.image);
+    registry.push(&worker_repo, "v1.0.0")?;
+    let worker_file = "apps/worker/deployment.yaml";
+    gitea
+        .put_file(
+            &set.repo,
+            worker_file,
+            &deployment(&worker, "v1.0.0").replace("api", "worker"),
+            "main",
+            None,
+        )
+        .await?;
+    let api_yaml = set
+        .yaml
+        .replace("  interval: 10s\n", "  interval: 10s\n  group: release\n");
+    let worker_yaml = api_yaml
+        .replace("name: api\n  namespace", "name: worker\n  namespace")
+        .replace(
+            &format!("image: {}\n", set.image),
+            &format!("image: {worker}\n"),
+        )
+        .replace(
+            "{path: apps/api, kind: Deployment, name: api, container: api}",
+            "{path: apps/worker, kind: Deployment, name: worker, container: worker}",
+        );
+    s.apply(&format!("{api_yaml}---\n{worker_yaml}"))?;
+    s.wait_ready("api", "True", "UpToDate").await?;
+    s.wait_ready("worker", "True", "UpToDate").await?;
+
+    // Both get v1.1.0: one commit on the group's branch, one pull request.
+    registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
+    registry.retag(&worker_repo, "v1.0.0", "v1.1.0")?;
+    let opened = wait_pr(&s, "the group's pull request", |p| {
+        p.state == "open" && p.tag.as_deref() == Some("v1.1.0")
+    })
+    .await?;
+    let branch = format!("imagewatch/{}-group-release", s.ns.name);
+    assert_eq!(opened.branch, branch);
+    assert!(
+        gitea
+            .file(&set.repo, &branch, FILE)
+            .await?
+            .contains(":v1.1.0")
+    );
+    assert!(
+        gitea
+            .file(&set.repo, &branch, worker_file)
+            .await?
+            .contains(":v1.1.0")
+    );
+    let recorded = wait_until("the worker to record it", TIMEOUT, || async {
+        let w = s.watches.get("worker").await?;
+        Ok(w.status
+            .and_then(|st| st.pull_request)
+            .filter(|p| p.state == "open"))
+    })
+    .await?;
+    assert_eq!(recorded.number, opened.number);
+    let pulls = gitea.pulls(&set.repo, "all").await?;
+    assert_eq!(pulls.len(), 1, "one pull request for the group: {pulls:?}");
+    let title = format!("chore(api): {}, {worker} to v1.1.0", set.image);
+    assert_eq!(
+        pulls[0]["title"],
+        title.as_str(),
+        "one text for the whole group"
+    );
+    // Both members reconcile again at their interval and find it right: the text does not
+    // flap between them.
+    let unchanged = "imagewatch_watch_pull_requests_total{action=\"unchanged\"}";
+    let updated = "imagewatch_watch_pull_requests_total{action=\"updated\"}";
+    let round = |n: f64| {
+        let op = &s.operator;
+        async move {
+            wait_until("both members to find it unchanged", TIMEOUT, || async {
+                let m = op.metrics().await?;
+                Ok((metric(&m, unchanged) >= n).then(|| metric(&m, updated)))
+            })
+            .await
+        }
+    };
+    let before = round(2.0).await?;
+    let after = round(4.0).await?;
+    assert_eq!(before, after, "updated again although nothing changed");
+    assert_eq!(
+        gitea.pull(&set.repo, opened.number).await?["title"],
+        title.as_str()
+    );
+    Ok(())
+}

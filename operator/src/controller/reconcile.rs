@@ -951,8 +951,9 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         .write_request(ctx, me.image_for(&tag, &digest), Some(git))
         .await?;
     if let Some(settings) = pr_settings {
+        let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
         let (write, delivered) =
-            write_and_propose(watch, &me, mine, &settings, &forge_url, &tag, ctx).await?;
+            write_and_propose(watch, &me, mine, others, &settings, &forge_url, &tag, ctx).await?;
         return Ok(Outcome {
             latest,
             write: Some(write),
@@ -1005,10 +1006,12 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
 /// open pull request is closed and nothing is pushed; otherwise the edit goes to the push
 /// branch and one pull request for it is opened or updated. [`watch_pr::FINALIZER`] is added
 /// before a pull request can exist.
+#[allow(clippy::too_many_arguments)]
 async fn write_and_propose(
     watch: &ImageWatch,
     me: &Prepared<'_>,
     mine: WriteRequest,
+    others: Vec<WriteRequest>,
     settings: &imagewatch_crd::GitPullRequest,
     forge_url: &str,
     tag: &str,
@@ -1033,7 +1036,27 @@ async fn write_and_propose(
     // The push branch first (nothing is pushed when `branch` already holds the edit), then
     // `branch` as that write fetched it: whether a pull request is still wanted is decided
     // on the newest head, so one merged meanwhile is not answered by opening another.
-    let write = ctx.without_work_slot(ctx.writer.apply(mine)).await?;
+    // A group's members go together (one batch, one commit on the group's push branch).
+    let mut requests = vec![mine];
+    requests.extend(others);
+    let mut results = ctx
+        .without_work_slot(futures::future::join_all(
+            requests.into_iter().map(|r| ctx.writer.apply(r)),
+        ))
+        .await
+        .into_iter();
+    let write = results
+        .next()
+        .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+    let mut members = vec![(write.desired.clone(), write.file.clone())];
+    for other in results {
+        match other {
+            Ok(w) => members.push((w.desired, w.file)),
+            Err(e) => {
+                tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed")
+            }
+        }
+    }
     let on_base = ctx.without_work_slot(ctx.writer.apply(on_base)).await?;
     let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
     let result = if !on_base.changed_needed {
@@ -1044,7 +1067,8 @@ async fn write_and_propose(
         if !watch_pr::has_finalizer(watch) {
             watch_pr::add_finalizer(&ctx.client, watch).await?;
         }
-        let vars = watch_pr::TextVars {
+        let mut vars = watch_pr::TextVars {
+            group: watch.spec.group.clone().unwrap_or_default(),
             image: me.image.clone(),
             tag: tag.to_string(),
             watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
@@ -1052,6 +1076,10 @@ async fn write_and_propose(
             file: write.file.clone(),
             before: on_base.current_before.clone(),
         };
+        if members.len() > 1 {
+            // Every member proposes the same text for the group's one pull request.
+            vars = watch_pr::group_vars(vars, &members);
+        }
         let new = watch_pr::proposal(settings, &head, &vars);
         watch_pr::propose(&forge, &new, tag, write.commit.is_some())
             .await
@@ -1389,10 +1417,14 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
             auth,
             base_path: String::new(),
             // With a pull request and no push branch: the watch's own branch.
+            // A group's members share one (so one commit and one pull request per group).
             push_branch: git.push_branch.clone().or_else(|| {
-                git.pull_request
-                    .as_ref()
-                    .map(|_| super::watch_pr::default_push_branch("{namespace}", "{name}"))
+                git.pull_request.as_ref().map(|_| {
+                    match watch.spec.group.as_deref().filter(|g| !g.is_empty()) {
+                        Some(group) => watch_pr::group_push_branch("{namespace}", group),
+                        None => watch_pr::default_push_branch("{namespace}", "{name}"),
+                    }
+                })
             }),
         });
     }

@@ -13,7 +13,10 @@
 //! While a pull request is recorded the watch carries [`FINALIZER`]; deleting the watch closes
 //! it first (see [`close_on_delete`]).
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use imagewatch_crd::{GitPullRequest, ImageWatch, WatchPullRequest};
 use kube::{Client, Resource, ResourceExt, core::ApiResource};
@@ -35,6 +38,9 @@ pub const CRASH_AFTER_PULL_REQUEST: &str = "IMAGEWATCH_TEST_CRASH_AFTER_PULL_REQ
 /// Title when `pullRequest.title` is unset.
 pub const DEFAULT_TITLE: &str = "Update {{image}} to {{tag}}";
 
+/// Title of a group's pull request when `pullRequest.title` is unset.
+pub const DEFAULT_GROUP_TITLE: &str = "Update group {{group}} to {{tag}}";
+
 /// Body when `pullRequest.body` is unset.
 pub const DEFAULT_BODY: &str = "ImageWatch `{{watch}}` proposes `{{image}}:{{tag}}` in `{{file}}`.\n\n`{{branch}}` holds `{{before}}`. This pull request is kept current by imagewatch: a newer tag updates it, and it is closed when `{{branch}}` holds the tag.";
 
@@ -53,6 +59,8 @@ pub struct TextVars {
     pub file: String,
     /// Image the base branch holds.
     pub before: String,
+    /// `spec.group`, or empty.
+    pub group: String,
 }
 
 /// Replaces the placeholders of `template` (pure). Unknown `{{…}}` stay as written.
@@ -64,6 +72,7 @@ pub fn render(template: &str, v: &TextVars) -> String {
         ("{{branch}}", &v.branch),
         ("{{file}}", &v.file),
         ("{{before}}", &v.before),
+        ("{{group}}", &v.group),
     ]
     .iter()
     .fold(template.to_string(), |text, (key, value)| {
@@ -76,12 +85,56 @@ pub fn default_push_branch(namespace: &str, name: &str) -> String {
     format!("imagewatch/{namespace}-{name}")
 }
 
+/// The push branch shared by the members of `spec.group` (pure): one pull request per group.
+pub fn group_push_branch(namespace: &str, group: &str) -> String {
+    format!("imagewatch/{namespace}-group-{group}")
+}
+
+/// The repository of an image reference: without digest and tag (pure).
+fn repository_of(image: &str) -> &str {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => &image[..i],
+        _ => image,
+    }
+}
+
+/// The texts of a group's pull request (pure): the same for every member, whichever
+/// reconciles. `members` are each member's (image written, file); `{{image}}` and `{{file}}`
+/// list them sorted, `{{watch}}` names the group and `{{before}}` is left out.
+pub fn group_vars(vars: TextVars, members: &[(String, String)]) -> TextVars {
+    let mut images: Vec<&str> = members.iter().map(|(i, _)| repository_of(i)).collect();
+    images.sort_unstable();
+    images.dedup();
+    let mut files: Vec<&str> = members.iter().map(|(_, f)| f.as_str()).collect();
+    files.sort_unstable();
+    files.dedup();
+    let namespace = vars.watch.split('/').next().unwrap_or_default().to_string();
+    TextVars {
+        image: images.join(", "),
+        file: files.join(", "),
+        watch: format!("{namespace}/group {}", vars.group),
+        before: "the previous tags".into(),
+        ..vars
+    }
+}
+
 /// The pull request a watch should have (pure).
 pub fn proposal(settings: &GitPullRequest, head: &str, vars: &TextVars) -> NewPullRequest {
     NewPullRequest {
         head: head.to_string(),
         base: vars.branch.clone(),
-        title: render(settings.title.as_deref().unwrap_or(DEFAULT_TITLE), vars),
+        title: render(
+            settings
+                .title
+                .as_deref()
+                .unwrap_or(if vars.group.is_empty() {
+                    DEFAULT_TITLE
+                } else {
+                    DEFAULT_GROUP_TITLE
+                }),
+            vars,
+        ),
         body: render(settings.body.as_deref().unwrap_or(DEFAULT_BODY), vars),
         labels: settings
             .labels
@@ -276,6 +329,26 @@ pub async fn client(
     .with_metrics(ctx.metrics.clone()))
 }
 
+/// One lock per (forge, repository, head branch): the members of a group reconcile side by
+/// side and would otherwise both find no pull request and both open one (a forge's own
+/// duplicate check is not atomic). Shards keep one repository on one replica.
+async fn lock(forge: &ForgeClient, head: &str) -> tokio::sync::OwnedMutexGuard<()> {
+    static LOCKS: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    > = OnceLock::new();
+    let key = format!("{} {} {head}", forge.api_url(), forge.repository());
+    let lock = {
+        let mut locks = LOCKS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget locks nobody holds or waits for, so the map stays small.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(key).or_default().clone()
+    };
+    lock.lock_owned().await
+}
+
 /// `branch` already holds the tag: close the open pull request of `head`, if any.
 pub async fn close_open(
     forge: &ForgeClient,
@@ -283,6 +356,7 @@ pub async fn close_open(
     base: &str,
     tag: &str,
 ) -> Result<Delivered, ReconcileError> {
+    let _serial = lock(forge, head).await;
     let open = forge.find_open(head, base).await?;
     if let Some(pr) = &open {
         forge.close(pr).await?;
@@ -307,6 +381,7 @@ pub async fn propose(
     tag: &str,
     pushed: bool,
 ) -> Result<Delivered, ReconcileError> {
+    let _serial = lock(forge, &new.head).await;
     let ensured = forge.ensure(new).await?;
     if std::env::var_os(CRASH_AFTER_PULL_REQUEST).is_some() {
         tracing::error!(
@@ -336,6 +411,10 @@ pub async fn close_on_delete(
     let Some(settings) = git.pull_request.as_ref() else {
         return Ok(false);
     };
+    if watch.spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
+        // The group's pull request belongs to its other members too.
+        return Ok(false);
+    }
     let forge = client(watch, settings, &git.url, ctx).await?;
     let pr = PullRequest {
         number: recorded.number,
@@ -383,6 +462,7 @@ mod tests {
             branch: "main".into(),
             file: "apps/api/deployment.yaml".into(),
             before: "registry.test/team/api:v1.2.3".into(),
+            group: String::new(),
         }
     }
 
@@ -406,6 +486,56 @@ mod tests {
             "chore(team/api): v1.2.4 {{unknown}}"
         );
         assert_eq!(default_push_branch("team", "api"), "imagewatch/team-api");
+        assert_eq!(
+            group_push_branch("team", "release"),
+            "imagewatch/team-group-release"
+        );
+        let grouped = TextVars {
+            group: "release".into(),
+            ..vars()
+        };
+        assert_eq!(
+            proposal(&settings(), "h", &grouped).title,
+            "Update group release to v1.2.4"
+        );
+    }
+
+    #[test]
+    fn a_group_proposes_the_same_text_from_every_member() {
+        let members = |first: usize| {
+            let mut m = vec![
+                (
+                    "registry.test:5000/team/api:v2".to_string(),
+                    "apps/api.yaml".to_string(),
+                ),
+                (
+                    "registry.test:5000/team/worker@sha256:ab".to_string(),
+                    "apps/worker.yaml".to_string(),
+                ),
+            ];
+            m.rotate_left(first);
+            m
+        };
+        let base = TextVars {
+            group: "release".into(),
+            ..vars()
+        };
+        let a = group_vars(base.clone(), &members(0));
+        let b = group_vars(
+            TextVars {
+                watch: "team/worker".into(),
+                image: "registry.test:5000/team/worker".into(),
+                ..base
+            },
+            &members(1),
+        );
+        assert_eq!(a, b);
+        assert_eq!(
+            a.image,
+            "registry.test:5000/team/api, registry.test:5000/team/worker"
+        );
+        assert_eq!(a.file, "apps/api.yaml, apps/worker.yaml");
+        assert_eq!(a.watch, "team/group release");
     }
 
     fn pr(number: i64, state: PullRequestState) -> PullRequest {
