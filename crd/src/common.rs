@@ -54,7 +54,9 @@ pub struct GitSource {
     /// request; it is closed when `branch` already holds the tag. `pushBranch` defaults to
     /// `imagewatch/{namespace}-{name}` here, and for the members of a `spec.group` to the
     /// shared `imagewatch/{namespace}-group-{group}`: one commit and one pull request per
-    /// group. Not supported for pattern images yet (`InvalidSpec`).
+    /// group. `status.applied` keeps saying what `branch` holds, so a proposal counts as
+    /// applied (for a PromotionPolicy too) once it is merged. Not supported for pattern
+    /// images yet (`InvalidSpec`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<GitPullRequest>,
 }

@@ -370,6 +370,37 @@ impl Gitea {
         Ok(text)
     }
 
+    /// Creates `branch` from `from`.
+    pub async fn create_branch(
+        &self,
+        repository: &str,
+        branch: &str,
+        from: &str,
+    ) -> anyhow::Result<()> {
+        self.call(
+            Method::POST,
+            &format!("/repos/{repository}/branches"),
+            Some(json!({"new_branch_name": branch, "old_branch_name": from})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Merges a pull request (a merge commit), as a reviewer would; Gitea's "try again later"
+    /// (its mergeability check still queued) is waited out.
+    pub async fn merge(&self, repository: &str, number: i64) -> anyhow::Result<()> {
+        wait_until("Gitea to merge", Duration::from_secs(60), || async {
+            self.call(
+                Method::POST,
+                &format!("/repos/{repository}/pulls/{number}/merge"),
+                Some(json!({"Do": "merge"})),
+            )
+            .await
+            .map(|_| Some(()))
+        })
+        .await
+    }
+
     /// The head commit of a branch.
     pub async fn branch_head(&self, repository: &str, branch: &str) -> anyhow::Result<String> {
         let v = self

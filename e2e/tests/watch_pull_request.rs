@@ -459,3 +459,172 @@ async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()>
     );
     Ok(())
 }
+
+/// Seed 001 on Gitea, with no CI glue: the staging watch opens the staging pull request into
+/// `main` itself; once it is merged, the PromotionPolicy proposes the same tag, rewritten to
+/// production's registry, as one pull request into `release`; merged, the policy is up to
+/// date and closes nothing more.
+#[tokio::test]
+async fn seed_001_staging_and_production_pull_requests_on_gitea() -> anyhow::Result<()> {
+    use imagewatch_crd::{PromotionPolicy, conditions};
+    let s = Scenario::start("wprseed1", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let registry = s.ground.registry()?;
+    let sfx = random_suffix();
+    let stg = format!("{}/e2e/acct111-{sfx}/my-api", registry.host);
+    let prd = format!("{}/e2e/acct222-{sfx}/my-api", registry.host);
+    registry.push(&format!("e2e/acct111-{sfx}/my-api"), "v1.0.0")?;
+    registry.push(&format!("e2e/acct222-{sfx}/my-api"), "v1.0.0")?;
+    let repo = gitea.create_repo("seed1").await?;
+    let source = |image: &str| {
+        format!("# image tags (managed by imagewatch)\nkustomize:\n  images:\n  - {image}\n")
+    };
+    const STG: &str = "overlays/staging/.argocd-source-my-api-stg.yaml";
+    const PRD: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
+    gitea
+        .put_file(&repo, STG, &source(&format!("{stg}:v1.0.0")), "main", None)
+        .await?;
+    gitea
+        .put_file(&repo, PRD, &source(&format!("{prd}:v1.0.0")), "main", None)
+        .await?;
+    gitea.create_branch(&repo, "release", "main").await?;
+    for (name, key, value) in [
+        ("gitea-git", "password", gitea.token.as_str()),
+        ("gitea-api", "token", gitea.token.as_str()),
+    ] {
+        let mut data = vec![(key, value)];
+        if key == "password" {
+            data.push(("username", ADMIN));
+        }
+        create_secret(&s.admin, &s.ns.name, name, "Opaque", &data).await?;
+    }
+    let url = gitea.git_url(&repo);
+    let pr_settings = format!(
+        "{{provider: gitea, apiUrl: \"{}\", secretRef: {{name: gitea-api}}}}",
+        gitea.api
+    );
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata:
+  name: my-api-stg
+  namespace: {ns}
+  labels: {{app: my-api, stage: stg}}
+spec:
+  image: {stg}
+  tags: {{pattern: "v*"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git:
+    url: "{url}"
+    branch: main
+    secretRef: {{name: gitea-git}}
+    pullRequest: {pr_settings}
+  target:
+    argocdSource: {{path: overlays/staging, application: my-api-stg, image: "{stg}"}}
+---
+apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api, stage: stg}}}}}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: gitea-git}}}}
+    path: overlays/production
+    branch: release
+    imageRewrite: [{{from: "{stg_prefix}", to: "{prd_prefix}"}}]
+    registrySecretRef: {{name: regcred}}
+  gates: {{imageExists: true}}
+  mode: PullRequest
+  pullRequest: {pr_settings}
+  interval: 10s
+"#,
+        ns = s.ns.name,
+        stg_prefix = stg.trim_end_matches("my-api"),
+        prd_prefix = prd.trim_end_matches("my-api"),
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let policy_reason = |p: &PromotionPolicy, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    s.wait_ready("my-api-stg", "True", "UpToDate").await?;
+
+    // A new staging image: the staging pull request into main, opened by the watch. The
+    // policy waits: staging does not run it before the merge.
+    registry.retag(&format!("e2e/acct111-{sfx}/my-api"), "v1.0.0", "v1.1.0")?;
+    registry.retag(&format!("e2e/acct222-{sfx}/my-api"), "v1.0.0", "v1.1.0")?;
+    let staging = wait_until("the staging pull request", TIMEOUT, || async {
+        let w = s.watches.get("my-api-stg").await?;
+        Ok(w.status
+            .and_then(|st| st.pull_request)
+            .filter(|p| p.state == "open"))
+    })
+    .await?;
+    let pulls = gitea.pulls(&repo, "all").await?;
+    assert_eq!(pulls.len(), 1, "only the staging pull request: {pulls:?}");
+    assert_eq!(pulls[0]["base"]["ref"], "main");
+    let w = s.watches.get("my-api-stg").await?;
+    assert_eq!(
+        w.status.and_then(|st| st.applied).map(|a| a.tag).as_deref(),
+        Some("v1.0.0"),
+        "applied is what main holds"
+    );
+
+    // Reviewed and merged: staging runs v1.1.0; the policy proposes it to release.
+    gitea.merge(&repo, staging.number).await?;
+    s.wait_applied("my-api-stg", "v1.1.0").await?;
+    let p = wait_until("the production pull request", TIMEOUT, || async {
+        let p = policies.get("my-api").await?;
+        Ok((policy_reason(&p, conditions::PULL_REQUEST_OPEN)
+            .map(|c| c.0)
+            .as_deref()
+            == Some("True"))
+        .then_some(p))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(40)))?;
+    let production = p
+        .status
+        .and_then(|st| st.pull_request)
+        .ok_or_else(|| anyhow::anyhow!("no status.pullRequest"))?;
+    let pr = gitea.pull(&repo, production.number).await?;
+    assert_eq!(pr["base"]["ref"], "release");
+    let head = pr["head"]["ref"].as_str().unwrap_or_default().to_string();
+    assert!(
+        gitea
+            .file(&repo, &head, PRD)
+            .await?
+            .contains(&format!("{prd}:v1.1.0")),
+        "rewritten to production's registry"
+    );
+    assert!(gitea.file(&repo, "release", PRD).await?.contains(":v1.0.0"));
+    let closed = wait_until(
+        "the staging pull request recorded merged",
+        TIMEOUT,
+        || async {
+            let w = s.watches.get("my-api-stg").await?;
+            Ok(w.status
+                .and_then(|st| st.pull_request)
+                .filter(|p| p.state == "merged"))
+        },
+    )
+    .await?;
+    assert_eq!(closed.number, staging.number);
+
+    // Production merged: the policy is up to date, no pull request open.
+    gitea.merge(&repo, production.number).await?;
+    wait_until("the policy up to date", TIMEOUT, || async {
+        let p = policies.get("my-api").await?;
+        Ok(
+            (policy_reason(&p, conditions::READY).map(|c| c.1).as_deref() == Some("UpToDate"))
+                .then_some(()),
+        )
+    })
+    .await?;
+    assert_eq!(gitea.pulls(&repo, "open").await?.len(), 0);
+    assert_eq!(gitea.pulls(&repo, "all").await?.len(), 2);
+    Ok(())
+}

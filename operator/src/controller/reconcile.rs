@@ -1081,9 +1081,11 @@ async fn write_and_propose(
             vars = watch_pr::group_vars(vars, &members);
         }
         let new = watch_pr::proposal(settings, &head, &vars);
+        // `status.applied` says what `branch` holds: a proposal is not applied until it is
+        // merged (a PromotionPolicy reading this watch waits for that).
         watch_pr::propose(&forge, &new, tag, write.commit.is_some())
             .await
-            .map(|d| (write, d))
+            .map(|d| (on_base.clone(), d))
     };
     ctx.metrics
         .watch_pull_requests
