@@ -55,8 +55,8 @@ pub struct GitSource {
     /// `imagewatch/{namespace}-{name}` here, and for the members of a `spec.group` to the
     /// shared `imagewatch/{namespace}-group-{group}`: one commit and one pull request per
     /// group. `status.applied` keeps saying what `branch` holds, so a proposal counts as
-    /// applied (for a PromotionPolicy too) once it is merged. Not supported for pattern
-    /// images yet (`InvalidSpec`).
+    /// applied (for a PromotionPolicy too) once it is merged. Pattern images: see
+    /// `perMember`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<GitPullRequest>,
 }
@@ -99,6 +99,11 @@ pub struct GitPullRequest {
     /// GitLab merge when pipeline succeeds, Gitea merge when checks succeed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_merge: Option<bool>,
+    /// Pattern images: one pull request per matching repository, each on its own push branch
+    /// `<pushBranch>-<repository with / as ->` (true, the default), or one for all of them on
+    /// `pushBranch` (false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_member: Option<bool>,
 }
 
 impl GitSource {

@@ -420,6 +420,9 @@ pub struct MemberStatus {
     /// Details, e.g. what was written or why nothing could be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// With `spec.git.pullRequest` (`perMember`): this repository's pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<WatchPullRequest>,
 }
 
 /// The best tag found in the registry.

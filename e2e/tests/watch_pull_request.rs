@@ -628,3 +628,194 @@ spec:
     assert_eq!(gitea.pulls(&repo, "all").await?.len(), 2);
     Ok(())
 }
+
+/// A pattern watch over `count` repositories, each holding v1.0.0 in Git and getting v1.1.0
+/// in the registry; returns the Gitea repository and the watch's name.
+async fn pattern_watch(
+    s: &Scenario,
+    gitea: &Gitea,
+    count: usize,
+    per_member: bool,
+) -> anyhow::Result<(String, String, Vec<String>)> {
+    let registry = s.ground.registry()?;
+    let top = format!("e2e/pat{}", random_suffix());
+    let apps: Vec<String> = (0..count).map(|i| format!("app{i:02}")).collect();
+    let repo = gitea.create_repo("pattern").await?;
+    for app in &apps {
+        registry.push(&format!("{top}/{app}/api"), "v1.0.0")?;
+        let image = format!("{}/{top}/{app}/api", registry.host);
+        gitea
+            .put_file(
+                &repo,
+                &format!("apps/{app}/deployment.yaml"),
+                &deployment(&image, "v1.0.0"),
+                "main",
+                None,
+            )
+            .await?;
+    }
+    for (name, data) in [
+        (
+            "gitea-git",
+            vec![("username", ADMIN), ("password", gitea.token.as_str())],
+        ),
+        ("gitea-api", vec![("token", gitea.token.as_str())]),
+    ] {
+        create_secret(&s.admin, &s.ns.name, name, "Opaque", &data).await?;
+    }
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: all, namespace: {ns}}}
+spec:
+  image: "{host}/{top}/*/api"
+  tags: {{pattern: "v*"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git:
+    url: "{url}"
+    branch: main
+    secretRef: {{name: gitea-git}}
+    pullRequest:
+      provider: gitea
+      apiUrl: "{api}"
+      secretRef: {{name: gitea-api}}
+      perMember: {per_member}
+  target:
+    workload: {{path: "apps/$1", kind: Deployment, name: api, container: api}}
+"#,
+        ns = s.ns.name,
+        host = registry.host,
+        url = gitea.git_url(&repo),
+        api = gitea.api,
+    ))?;
+    wait_until("every member up to date", TIMEOUT, || async {
+        let w = s.watches.get("all").await?;
+        let st = w.status.unwrap_or_default();
+        Ok((st.members_ready == Some(count as i64)).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
+    for app in &apps {
+        registry.retag(&format!("{top}/{app}/api"), "v1.0.0", "v1.1.0")?;
+    }
+    Ok((repo, top, apps))
+}
+
+/// Seed 000's figure on Gitea: 27 pushes to 27 repositories of one pattern watch give 27
+/// pull requests, one per repository on its own branch, none duplicated.
+#[tokio::test]
+async fn a_pattern_watch_opens_one_pull_request_per_member() -> anyhow::Result<()> {
+    const COUNT: usize = 27;
+    let s = Scenario::start("wprpat", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let (repo, top, apps) = pattern_watch(&s, &gitea, COUNT, true).await?;
+    let pushed = std::time::Instant::now();
+    wait_until("a pull request per member", TIMEOUT, || async {
+        Ok((gitea.pulls(&repo, "open").await?.len() >= COUNT).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
+    eprintln!(
+        "{COUNT} pull requests open {:.1}s after the last push",
+        pushed.elapsed().as_secs_f64()
+    );
+    let w = wait_until(
+        "every member to record its pull request",
+        TIMEOUT,
+        || async {
+            let w = s.watches.get("all").await?;
+            let recorded = w
+                .status
+                .as_ref()
+                .map(|st| {
+                    st.members
+                        .iter()
+                        .filter(|m| m.pull_request.as_ref().is_some_and(|p| p.state == "open"))
+                        .count()
+                })
+                .unwrap_or(0);
+            Ok((recorded == COUNT).then_some(w))
+        },
+    )
+    .await?;
+    let pulls = gitea.pulls(&repo, "all").await?;
+    assert_eq!(pulls.len(), COUNT, "none duplicated");
+    let mut heads: Vec<String> = pulls
+        .iter()
+        .filter_map(|p| p["head"]["ref"].as_str().map(str::to_string))
+        .collect();
+    heads.sort();
+    let mut expected: Vec<String> = apps
+        .iter()
+        .map(|app| {
+            format!(
+                "imagewatch/{}-all-{}-{app}-api",
+                s.ns.name,
+                top.replace('/', "-")
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(heads, expected);
+    let first = &w.status.unwrap_or_default().members[0];
+    let pr = first.pull_request.clone().unwrap_or_else(|| unreachable!());
+    assert!(
+        gitea
+            .file(
+                &repo,
+                &pr.branch,
+                &format!("apps/{}/deployment.yaml", apps[0])
+            )
+            .await?
+            .contains(":v1.1.0")
+    );
+    assert!(
+        gitea
+            .file(
+                &repo,
+                &pr.branch,
+                &format!("apps/{}/deployment.yaml", apps[1])
+            )
+            .await?
+            .contains(":v1.0.0"),
+        "each pull request holds its own member only"
+    );
+    // Deleting the watch closes all of them.
+    s.watches.delete("all", &DeleteParams::default()).await?;
+    wait_until("the watch to be gone", TIMEOUT, || async {
+        Ok(s.watches.get_opt("all").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(gitea.pulls(&repo, "open").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pattern_watch_can_open_one_pull_request_for_all() -> anyhow::Result<()> {
+    let s = Scenario::start("wprpatone", &[]).await?;
+    let gitea = Gitea::start().await?;
+    let (repo, _, apps) = pattern_watch(&s, &gitea, 3, false).await?;
+    let pr = wait_until("one pull request for all", TIMEOUT, || async {
+        let w = s.watches.get("all").await?;
+        Ok(w.status
+            .and_then(|st| st.pull_request)
+            .filter(|p| p.state == "open"))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
+    assert_eq!(pr.branch, format!("imagewatch/{}-all", s.ns.name));
+    for app in &apps {
+        let path = format!("apps/{app}/deployment.yaml");
+        wait_until("every member on the branch", TIMEOUT, || async {
+            Ok(gitea
+                .file(&repo, &pr.branch, &path)
+                .await?
+                .contains(":v1.1.0")
+                .then_some(()))
+        })
+        .await?;
+    }
+    assert_eq!(gitea.pulls(&repo, "all").await?.len(), 1);
+    Ok(())
+}

@@ -224,6 +224,8 @@ pub struct MemberResult {
     pub latest: Option<String>,
     /// The writer's answer, or why the member could not get that far.
     pub outcome: Result<WriteResult, ReconcileError>,
+    /// With `spec.git.pullRequest` per member: what was done with its pull request.
+    pub pull_request: Option<super::watch_pr::Delivered>,
 }
 
 /// What one reconcile of a pattern watch found and did.
@@ -237,6 +239,8 @@ pub struct PatternOutcome {
     pub members: Vec<MemberResult>,
     /// Whether `spec.suspend` made every write a dry run.
     pub suspended: bool,
+    /// With `spec.git.pullRequest` and `perMember: false`: the one pull request for all.
+    pub pull_request: Option<super::watch_pr::Delivered>,
 }
 
 impl PatternOutcome {
@@ -333,6 +337,12 @@ fn member_status(
         ready: false,
         reason: String::new(),
         message: None,
+        pull_request: match &member.pull_request {
+            Some(d) => {
+                super::watch_pr::status_of(d, previous.and_then(|p| p.pull_request.as_ref()))
+            }
+            None => previous.and_then(|p| p.pull_request.clone()),
+        },
     };
     let write = match &member.outcome {
         Ok(write) => write,
@@ -542,7 +552,10 @@ pub fn pattern_status(
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
         refused: None,
-        pull_request: previous.pull_request.clone(),
+        pull_request: match &outcome.pull_request {
+            Some(d) => super::watch_pr::status_of(d, previous.pull_request.as_ref()),
+            None => previous.pull_request.clone(),
+        },
         conditions: status::merge_condition(&previous.conditions, condition),
     }
 }
@@ -722,6 +735,7 @@ mod tests {
             captures: vec![repo.split('/').nth(1).unwrap_or_default().to_string()],
             latest: Some("v2".into()),
             outcome,
+            pull_request: None,
         }
     }
 
@@ -731,6 +745,7 @@ mod tests {
             listed: 10,
             members,
             suspended: false,
+            pull_request: None,
         }
     }
 
@@ -907,6 +922,7 @@ mod tests {
             ready: true,
             reason: "UpToDate".into(),
             message: None,
+            pull_request: None,
         }];
         let o = outcome(vec![member(
             "svc/a/api",

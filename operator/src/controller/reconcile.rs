@@ -126,17 +126,31 @@ async fn finalize(watch: &ImageWatch, ctx: &Context) -> Result<Action, Reconcile
     if !watch_pr::has_finalizer(watch) {
         return Ok(Action::await_change());
     }
-    let recorded = watch
-        .status
-        .as_ref()
-        .and_then(|s| s.pull_request.clone())
-        .filter(|p| p.state == "open");
-    let Some(recorded) = recorded else {
+    let recorded: Vec<imagewatch_crd::WatchPullRequest> =
+        watch_pr::open_records(watch.status.as_ref())
+            .into_iter()
+            .cloned()
+            .collect();
+    if recorded.is_empty() {
         watch_pr::remove_finalizer(&ctx.client, watch).await?;
         return Ok(Action::await_change());
-    };
-    let pr = format!("#{} {}", recorded.number, recorded.url);
-    let result = watch_pr::close_on_delete(watch, &recorded, ctx).await;
+    }
+    let pr = recorded
+        .iter()
+        .map(|r| format!("#{} {}", r.number, r.url))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut result = Ok(false);
+    for record in &recorded {
+        match watch_pr::close_on_delete(watch, record, ctx).await {
+            Ok(closed) => {
+                if let Ok(any) = &mut result {
+                    *any |= closed;
+                }
+            }
+            Err(e) => result = Err(e),
+        }
+    }
     let since = watch
         .metadata
         .deletion_timestamp
@@ -229,7 +243,7 @@ async fn reconcile_holding_slot(
     // The finalizer goes once no open pull request is recorded (after a successful step).
     if result.is_ok()
         && watch_pr::has_finalizer(watch)
-        && !watch_pr::wants_finalizer(new_status.pull_request.as_ref())
+        && watch_pr::open_records(Some(&new_status)).is_empty()
     {
         watch_pr::remove_finalizer(&ctx.client, watch).await?;
     }
@@ -689,18 +703,6 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled
     check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
-        Ok(Some(_))
-            if watch
-                .spec
-                .git
-                .as_ref()
-                .is_some_and(|g| g.pull_request.is_some()) =>
-        {
-            Err(ReconcileError::InvalidSpec(
-                "spec.git.pullRequest is not supported for pattern images yet: name one repository"
-                    .into(),
-            ))
-        }
         Ok(Some(_)) if watch.spec.verify.is_some() => Err(ReconcileError::InvalidSpec(
             "spec.verify is not supported for pattern images yet: name one repository".into(),
         )),
@@ -801,13 +803,50 @@ async fn reconcile_pattern(
 
     // Write every intent at once: the batching writer makes one commit per repository and
     // branch.
-    let (indices, requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let (indices, mut requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let per_member = pr_settings
+        .as_ref()
+        .is_some_and(|p| p.per_member.unwrap_or(true));
+    if pr_settings.is_some() {
+        for (k, request) in requests.iter_mut().enumerate() {
+            let Some(branch) = request
+                .push_branch
+                .clone()
+                .filter(|b| !b.is_empty() && *b != request.branch)
+            else {
+                return Err(ReconcileError::InvalidSpec(
+                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
+                        .into(),
+                ));
+            };
+            if per_member {
+                request.push_branch = Some(watch_pr::member_push_branch(
+                    &branch,
+                    &results[indices[k]].repository,
+                ));
+            }
+        }
+    }
+    let on_base: Vec<WriteRequest> = requests
+        .iter()
+        .map(|r| WriteRequest {
+            push_branch: None,
+            dry_run: true,
+            ..r.clone()
+        })
+        .collect();
+    let heads: Vec<Option<String>> = requests.iter().map(|r| r.push_branch.clone()).collect();
     let writes = ctx
         .without_work_slot(futures::future::join_all(
             requests.into_iter().map(|r| ctx.writer.apply(r)),
         ))
         .await;
-    for (i, write) in indices.into_iter().zip(writes) {
+    for (&i, write) in indices.iter().zip(writes) {
         if write.as_ref().is_ok_and(|w| w.commit.is_some())
             && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
         {
@@ -817,12 +856,151 @@ async fn reconcile_pattern(
         }
         results[i].outcome = write;
     }
+    let mut pull_request = None;
+    if let Some(settings) = pr_settings {
+        pull_request = pattern_pull_requests(
+            watch,
+            &settings,
+            &git.url,
+            per_member,
+            &mut results,
+            &indices,
+            on_base,
+            &heads,
+            ctx,
+        )
+        .await?;
+    }
     Ok(PatternOutcome {
         image: spec.image.clone(),
         listed: catalog.repositories.len(),
         members: results,
         suspended: spec.is_suspended(),
+        pull_request,
     })
+}
+
+/// `spec.git.pullRequest` of a pattern watch, after its members' push branches were written:
+/// one pull request per member (`perMember`, default) or one for all. Each member's result
+/// becomes what `branch` holds (a dry run there), as for a watch of one repository.
+#[allow(clippy::too_many_arguments)]
+async fn pattern_pull_requests(
+    watch: &ImageWatch,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge_url: &str,
+    per_member: bool,
+    results: &mut [MemberResult],
+    indices: &[usize],
+    on_base: Vec<WriteRequest>,
+    heads: &[Option<String>],
+    ctx: &Context,
+) -> Result<Option<watch_pr::Delivered>, ReconcileError> {
+    let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
+    let bases = ctx
+        .without_work_slot(futures::future::join_all(
+            on_base.into_iter().map(|r| ctx.writer.apply(r)),
+        ))
+        .await;
+    let watch_name = format!(
+        "{}/{}",
+        watch.namespace().unwrap_or_default(),
+        watch.name_any()
+    );
+    // (member index, push branch, write on the push branch, what `branch` holds).
+    let mut written = Vec::new();
+    for ((k, &i), base) in indices.iter().enumerate().zip(bases) {
+        let Ok(write) = &results[i].outcome else {
+            continue;
+        };
+        match base {
+            Ok(base) => {
+                written.push((i, heads[k].clone().unwrap_or_default(), write.clone(), base))
+            }
+            Err(e) => results[i].outcome = Err(e),
+        }
+    }
+    let vars_of = |write: &WriteResult, base: &WriteResult| watch_pr::TextVars {
+        image: tag_less(&base.desired),
+        tag: tag_of(&base.desired),
+        watch: watch_name.clone(),
+        branch: base_branch(watch),
+        file: write.file.clone(),
+        before: base.current_before.clone(),
+        group: String::new(),
+    };
+    if per_member {
+        let steps = written.iter().map(|(_, head, write, base)| {
+            let step = PrStep {
+                head,
+                wanted: base.changed_needed,
+                vars: vars_of(write, base),
+                pushed: write.commit.is_some(),
+            };
+            pull_request_step(watch, settings, &forge, step, ctx)
+        });
+        let delivered = futures::future::join_all(steps).await;
+        for ((i, _, _, base), d) in written.into_iter().zip(delivered) {
+            match d {
+                Ok(d) => {
+                    results[i].outcome = Ok(base);
+                    results[i].pull_request = Some(d);
+                }
+                Err(e) => results[i].outcome = Err(e),
+            }
+        }
+        return Ok(None);
+    }
+    let Some((_, head, first_write, first_base)) = written.first() else {
+        return Ok(None);
+    };
+    let members: Vec<(String, String)> = written
+        .iter()
+        .map(|(_, _, w, b)| (b.desired.clone(), w.file.clone()))
+        .collect();
+    let mut tags: Vec<String> = written
+        .iter()
+        .map(|(_, _, _, b)| tag_of(&b.desired))
+        .collect();
+    tags.sort();
+    tags.dedup();
+    let mut vars = watch_pr::group_vars(
+        watch_pr::TextVars {
+            group: watch.name_any(),
+            ..vars_of(first_write, first_base)
+        },
+        &members,
+    );
+    vars.tag = tags.join(", ");
+    let step = PrStep {
+        head,
+        wanted: written.iter().any(|(_, _, _, b)| b.changed_needed),
+        vars,
+        pushed: written.iter().any(|(_, _, w, _)| w.commit.is_some()),
+    };
+    let delivered = pull_request_step(watch, settings, &forge, step, ctx).await?;
+    for (i, _, _, base) in written {
+        results[i].outcome = Ok(base);
+    }
+    Ok(Some(delivered))
+}
+
+/// The branch of `spec.git` (`main` when unset).
+fn base_branch(watch: &ImageWatch) -> String {
+    watch
+        .spec
+        .git
+        .as_ref()
+        .map_or("main", |g| g.branch())
+        .to_string()
+}
+
+/// An image reference without its tag and digest.
+fn tag_less(image: &str) -> String {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => image[..i].to_string(),
+        _ => image.to_string(),
+    }
 }
 
 /// Steps 2–3 for one member: scan, select, confirm; then its write intent. Failures are
@@ -840,6 +1018,7 @@ async fn plan_member(
         repository: repository.clone(),
         captures: captures.clone(),
         latest: None,
+        pull_request: None,
         outcome: Err(ReconcileError::Internal("not reconciled".into())),
     };
     let repo = RepositoryRef {
@@ -1059,44 +1238,72 @@ async fn write_and_propose(
     }
     let on_base = ctx.without_work_slot(ctx.writer.apply(on_base)).await?;
     let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
-    let result = if !on_base.changed_needed {
-        watch_pr::close_open(&forge, &head, &base, tag)
-            .await
-            .map(|d| (on_base.clone(), d))
+    let mut vars = watch_pr::TextVars {
+        group: watch.spec.group.clone().unwrap_or_default(),
+        image: me.image.clone(),
+        tag: tag.to_string(),
+        watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
+        branch: base.clone(),
+        file: write.file.clone(),
+        before: on_base.current_before.clone(),
+    };
+    if members.len() > 1 {
+        // Every member proposes the same text for the group's one pull request.
+        vars = watch_pr::group_vars(vars, &members);
+    }
+    let step = PrStep {
+        head: &head,
+        wanted: on_base.changed_needed,
+        vars,
+        pushed: write.commit.is_some(),
+    };
+    // `status.applied` says what `branch` holds: a proposal is not applied until it is
+    // merged (a PromotionPolicy reading this watch waits for that).
+    pull_request_step(watch, settings, &forge, step, ctx)
+        .await
+        .map(|d| (on_base, d))
+}
+
+/// One pull request step, after its push branch was written.
+struct PrStep<'a> {
+    /// Head (push) branch.
+    head: &'a str,
+    /// Whether `branch` lacks the edit (a pull request is wanted).
+    wanted: bool,
+    /// The templates' values (`branch` is the base).
+    vars: watch_pr::TextVars,
+    /// Whether the push branch was just pushed.
+    pushed: bool,
+}
+
+/// Closes the open pull request of `step.head` when `branch` holds the edit, else opens or
+/// updates it (adding [`watch_pr::FINALIZER`] first); counted and logged.
+async fn pull_request_step(
+    watch: &ImageWatch,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge: &crate::forge::ForgeClient,
+    step: PrStep<'_>,
+    ctx: &Context,
+) -> Result<watch_pr::Delivered, ReconcileError> {
+    let result = if !step.wanted {
+        watch_pr::close_open(forge, step.head, &step.vars.branch, &step.vars.tag).await
     } else {
         if !watch_pr::has_finalizer(watch) {
             watch_pr::add_finalizer(&ctx.client, watch).await?;
         }
-        let mut vars = watch_pr::TextVars {
-            group: watch.spec.group.clone().unwrap_or_default(),
-            image: me.image.clone(),
-            tag: tag.to_string(),
-            watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
-            branch: base.clone(),
-            file: write.file.clone(),
-            before: on_base.current_before.clone(),
-        };
-        if members.len() > 1 {
-            // Every member proposes the same text for the group's one pull request.
-            vars = watch_pr::group_vars(vars, &members);
-        }
-        let new = watch_pr::proposal(settings, &head, &vars);
-        // `status.applied` says what `branch` holds: a proposal is not applied until it is
-        // merged (a PromotionPolicy reading this watch waits for that).
-        watch_pr::propose(&forge, &new, tag, write.commit.is_some())
-            .await
-            .map(|d| (on_base.clone(), d))
+        let new = watch_pr::proposal(settings, step.head, &step.vars);
+        watch_pr::propose(forge, &new, &step.vars.tag, step.pushed).await
     };
     ctx.metrics
         .watch_pull_requests
         .get_or_create(&crate::telemetry::WatchPullRequestLabels {
             action: match &result {
-                Ok((_, d)) => d.action.label().to_string(),
+                Ok(d) => d.action.label().to_string(),
                 Err(_) => "failed".to_string(),
             },
         })
         .inc();
-    for warning in result.iter().flat_map(|(_, d)| &d.warnings) {
+    for warning in result.iter().flat_map(|d| &d.warnings) {
         tracing::warn!(watch = %watch.name_any(), %warning, "pull request");
     }
     result
@@ -1770,13 +1977,23 @@ async fn publish_events(
     if let Some(event) = event {
         publish(watch, &event, ctx).await;
     }
-    // The pull request of the push branch opened, updated or closed.
-    if let Ok(Reconciled::Single(Outcome {
-        pull_request: Some(d),
-        ..
-    })) = result
-        && let (Some(reason), Some(pr)) = (d.action.event_reason(), &d.pull_request)
-    {
+    // The pull requests of the push branches opened, updated or closed.
+    let delivered: Vec<&watch_pr::Delivered> = match result {
+        Ok(Reconciled::Single(Outcome {
+            pull_request: Some(d),
+            ..
+        })) => vec![d],
+        Ok(Reconciled::Pattern(p)) => p
+            .pull_request
+            .iter()
+            .chain(p.members.iter().filter_map(|m| m.pull_request.as_ref()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for d in delivered {
+        let (Some(reason), Some(pr)) = (d.action.event_reason(), &d.pull_request) else {
+            continue;
+        };
         let note = match d.action {
             watch_pr::PrAction::Closed => format!(
                 "closed #{} {}: the base branch holds {}",

@@ -85,6 +85,12 @@ pub fn default_push_branch(namespace: &str, name: &str) -> String {
     format!("imagewatch/{namespace}-{name}")
 }
 
+/// The push branch of one repository of a pattern watch (pure): `base-` and the repository
+/// with `/` as `-`, e.g. `imagewatch/team-all-hoge-billing-api`.
+pub fn member_push_branch(base: &str, repository: &str) -> String {
+    format!("{base}-{}", repository.trim_matches('/').replace('/', "-"))
+}
+
 /// The push branch shared by the members of `spec.group` (pure): one pull request per group.
 pub fn group_push_branch(namespace: &str, group: &str) -> String {
     format!("imagewatch/{namespace}-group-{group}")
@@ -254,6 +260,24 @@ pub fn status_of(
             ..p.clone()
         }),
     }
+}
+
+/// Every open pull request a status records (pure): the watch's and its members'.
+pub fn open_records(status: Option<&imagewatch_crd::ImageWatchStatus>) -> Vec<&WatchPullRequest> {
+    let Some(status) = status else {
+        return Vec::new();
+    };
+    status
+        .pull_request
+        .iter()
+        .chain(
+            status
+                .members
+                .iter()
+                .filter_map(|m| m.pull_request.as_ref()),
+        )
+        .filter(|p| p.state == "open")
+        .collect()
 }
 
 /// Whether a watch with this record needs [`FINALIZER`] (pure).
@@ -451,6 +475,7 @@ mod tests {
             body: None,
             labels: Some(vec!["image-update".into(), "tag/{{tag}}".into(), "".into()]),
             auto_merge: Some(true),
+            per_member: None,
         }
     }
 
@@ -486,6 +511,10 @@ mod tests {
             "chore(team/api): v1.2.4 {{unknown}}"
         );
         assert_eq!(default_push_branch("team", "api"), "imagewatch/team-api");
+        assert_eq!(
+            member_push_branch("imagewatch/team-all", "hoge/billing/api/"),
+            "imagewatch/team-all-hoge-billing-api"
+        );
         assert_eq!(
             group_push_branch("team", "release"),
             "imagewatch/team-group-release"
