@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 pub const SECRET_NAME_RULE: &str =
     "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
 
-/// CEL rule of a Git URL: `https://`, `http://` or `ssh://` with a host that does not start
-/// with `-` or `/`, or scp-like `user@host:path`; no whitespace anywhere.
-pub const GIT_URL_RULE: &str = "self.matches('^(https|http|ssh)://([^@/\\\\s]+@)?[A-Za-z0-9\\\\[][^/\\\\s]*/[^\\\\s]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9][A-Za-z0-9.-]*:[^\\\\s]+$')";
+/// CEL rule of a Git URL: `https://` or `ssh://` with a host that does not start with `-` or
+/// `/`, or scp-like `user@host:path`; no whitespace anywhere. Plain `http://` is refused: it
+/// would send the repository's credentials, and its content, in the clear.
+pub const GIT_URL_RULE: &str = "self.matches('^(https|ssh)://([^@/\\\\s]+@)?[A-Za-z0-9\\\\[][^/\\\\s]*/[^\\\\s]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9][A-Za-z0-9.-]*:[^\\\\s]+$')";
 
 /// A Secret in the same namespace as the object that names it. Cross-namespace references are
 /// not allowed: a team can only use credentials it can already read.
@@ -27,11 +28,11 @@ pub struct SecretRef {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
-    /// Repository URL: `https://…` (token or basic auth; `http://` sends them in the clear)
-    /// or `ssh://git@host/…` / `git@host:…` (SSH key with known_hosts). `file://`, local
-    /// paths and other transports (`ext::`, `git://`, …) are refused: they would read the
-    /// operator's own disk or run commands.
-    #[x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, http://host/…, ssh://[user@]host/… or user@host:path; file://, local paths and other transports (ext::, git://, …) are refused"))]
+    /// Repository URL: `https://…` (token or basic auth) or `ssh://git@host/…` /
+    /// `git@host:…` (SSH key with known_hosts). Plain `http://` is refused (it sends the
+    /// credentials in the clear); so are `file://`, local paths and other transports
+    /// (`ext::`, `git://`, …): they would read the operator's own disk or run commands.
+    #[x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, ssh://[user@]host/… or user@host:path; http:// (credentials and content in the clear), file://, local paths and other transports (ext::, git://, …) are refused"))]
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
     /// Branch to commit to. Defaults to `main`.

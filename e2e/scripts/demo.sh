@@ -69,7 +69,8 @@ cp -r samples/canary-primary/manifests "$DEMO/seed"
 sed -i "s#registry.example.com#$IMAGEWATCH_REGISTRY#g" "$DEMO"/seed/apps/my-api/overlays/stg/*.yaml
 REPO_NAME=demo-$NS
 "$SCRIPTS_DIR/new-repo.sh" "$REPO_NAME" "$DEMO/seed" >/dev/null
-GIT_URL="${IMAGEWATCH_GIT_HTTP_URL}${REPO_NAME}.git"
+# HTTPS with the ground's own CA (the operator trusts it through SSL_CERT_FILE below).
+GIT_URL="${IMAGEWATCH_GIT_HTTPS_URL}${REPO_NAME}.git"
 
 say "pushing my-api:canary-v1.2.3 and my-api:primary-v1.2.3 (what Git already runs)"
 # A repository of its own, so a test ground that ran the demo before holds none of its tags.
@@ -84,7 +85,8 @@ kubectl -n "$NS" create secret generic git-creds --from-literal=username="$IMAGE
 kubectl -n "$NS" create secret generic hooks --from-literal=distribution-token="$WEBHOOK_TOKEN" >/dev/null
 
 say "starting the operator as ServiceAccount $NS/imagewatch (log: $DEMO/operator.log)"
-KUBECONFIG="$SA_KUBECONFIG" RUST_LOG=info "${CARGO_TARGET_DIR:-target}/debug/imagewatch" run \
+KUBECONFIG="$SA_KUBECONFIG" SSL_CERT_FILE="$IMAGEWATCH_GIT_CA_BUNDLE" RUST_LOG=info \
+  "${CARGO_TARGET_DIR:-target}/debug/imagewatch" run \
   --metrics-addr "127.0.0.1:$(free_port)" --cache-dir "$DEMO/cache" \
   --insecure-registry "$IMAGEWATCH_REGISTRY" --namespace "$NS" \
   --webhook-addr "127.0.0.1:$WEBHOOK_PORT" --webhook-secret hooks --pod-namespace "$NS" \

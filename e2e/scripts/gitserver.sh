@@ -10,7 +10,8 @@
 #   gitserver.sh down   stop both
 #   gitserver.sh env    print the IMAGEWATCH_GIT_* exports
 #
-# Clone URLs: $IMAGEWATCH_GIT_HTTP_URL<name>.git (with user/token) and
+# Clone URLs: $IMAGEWATCH_GIT_HTTPS_URL<name>.git (user/token; trust $IMAGEWATCH_GIT_CA_BUNDLE;
+# tenants may not name plain http:// URLs, $IMAGEWATCH_GIT_HTTP_URL is for test proxies) and
 # ssh://$IMAGEWATCH_GIT_SSH_USER@127.0.0.1:$IMAGEWATCH_GIT_SSH_PORT/<name>.git
 # with -i $IMAGEWATCH_GIT_SSH_KEY -o UserKnownHostsFile=$IMAGEWATCH_GIT_KNOWN_HOSTS.
 # Create repos with new-repo.sh. Repos and keys survive down/up.

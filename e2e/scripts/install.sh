@@ -16,6 +16,7 @@
 #   metrics/webhook.bindAddress   127.0.0.1: nothing listens beyond loopback
 #   probeHost: 127.0.0.1          the kubelet probes there instead of the node's address
 #   registry.insecure             the ground's registry speaks plain HTTP
+#   caBundle                      the ground's Git server has a certificate from the ground's CA
 #   imagePullSecrets              the ground's registry wants a password
 set -euo pipefail
 COMPONENT=install
@@ -55,6 +56,12 @@ kubectl -n "$NAMESPACE" create secret docker-registry imagewatch-pull \
   --docker-password="$(<"$STATE/registry/password")" --dry-run=client -o yaml |
   kubectl apply -f - >/dev/null
 
+# The ground's Git server speaks HTTPS with the ground's own CA: a complete bundle (the system
+# roots plus that CA) in a ConfigMap, as trust-manager would provide it.
+kubectl -n "$NAMESPACE" create configmap imagewatch-ca \
+  --from-file=ca-certificates.crt="$STATE/git/tls/bundle.pem" --dry-run=client -o yaml |
+  kubectl apply -f - >/dev/null
+
 # Node ports (hostNetwork): kept for the release across upgrades.
 metrics_port=$(pick_port "$DIR/metrics.port")
 webhook_port=$(pick_port "$DIR/webhook.port")
@@ -70,6 +77,7 @@ kubernetesApi: {host: 127.0.0.1, port: $(<"$STATE/controlplane/apiserver.port")}
 metrics: {port: $metrics_port, bindAddress: 127.0.0.1}
 webhook: {enabled: true, port: $webhook_port, bindAddress: 127.0.0.1}
 registry: {insecure: ["$registry"]}
+caBundle: {configMap: imagewatch-ca}
 # The ground's node is tainted so that only Pods meant for it run there.
 tolerations: [{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}]
 extraEnv:

@@ -19,9 +19,14 @@
 //!
 //! The proxy runs on a runtime of its own, on its own thread: it keeps serving while the test
 //! blocks (running scripts, `git`, `kubectl`).
+//!
+//! [`FaultProxy::start_tls`] serves HTTPS with a given certificate (the ground's git server
+//! certificate, which clients trust through the ground's CA) and forwards in plain HTTP to a
+//! loopback part: a client that only speaks HTTPS to Git can still be put behind faults.
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
+    path::Path,
     sync::{Arc, Condvar, Mutex, PoisonError},
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -29,13 +34,14 @@ use std::{
 
 use anyhow::Context as _;
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
     net::{
         TcpListener, TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
     sync::{oneshot, watch},
 };
+use tokio_rustls::TlsAcceptor;
 
 /// What the proxy does with a request (or, for [`Fault::Refuse`], with a connection).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +154,8 @@ impl Rule {
 struct Shared {
     upstream: SocketAddr,
     addr: SocketAddr,
+    /// Serve HTTPS to clients (the upstream is still spoken to in plain HTTP).
+    tls: Option<TlsAcceptor>,
     rule: Mutex<Rule>,
     seen: Mutex<Vec<Seen>>,
     /// Bumped on every switch; connections close when it changes.
@@ -188,6 +196,29 @@ impl FaultProxy {
     /// Starts a proxy on a free loopback port in front of `upstream` (`host:port`), passing
     /// everything through.
     pub fn start(upstream: &str) -> anyhow::Result<Self> {
+        Self::launch(upstream, None)
+    }
+
+    /// [`Self::start`], serving HTTPS to clients with the certificate chain `cert` and its
+    /// private key `key` (PEM files); requests go on to `upstream` in plain HTTP.
+    pub fn start_tls(upstream: &str, cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let chain = CertificateDer::pem_file_iter(cert)
+            .with_context(|| format!("reading {}", cert.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("parsing {}", cert.display()))?;
+        let key = PrivateKeyDer::from_pem_file(key)
+            .with_context(|| format!("reading {}", key.display()))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+        Self::launch(upstream, Some(TlsAcceptor::from(Arc::new(config))))
+    }
+
+    fn launch(upstream: &str, tls: Option<TlsAcceptor>) -> anyhow::Result<Self> {
         let upstream = upstream
             .to_socket_addrs()
             .with_context(|| format!("resolving {upstream}"))?
@@ -200,6 +231,7 @@ impl FaultProxy {
         let shared = Arc::new(Shared {
             upstream,
             addr,
+            tls,
             rule: Mutex::new(Rule {
                 fault: Fault::Pass,
                 matching: None,
@@ -388,12 +420,22 @@ async fn rebind(addr: SocketAddr) -> Option<TcpListener> {
     None
 }
 
-/// Serves one client connection until it ends or the next switch.
+/// Serves one client connection (after its TLS handshake, for a TLS proxy) until it ends or
+/// the next switch.
 async fn connection(shared: Arc<Shared>, client: TcpStream) {
     let mut switches = shared.generation.subscribe();
     switches.borrow_and_update();
+    let served = async {
+        match &shared.tls {
+            Some(acceptor) => match acceptor.accept(client).await {
+                Ok(tls) => serve(&shared, tls).await,
+                Err(e) => Err(e),
+            },
+            None => serve(&shared, client).await,
+        }
+    };
     tokio::select! {
-        _ = serve(&shared, client) => {}
+        _ = served => {}
         _ = switches.changed() => {}
     }
 }
@@ -407,8 +449,11 @@ impl Drop for Pump {
     }
 }
 
-async fn serve(shared: &Shared, client: TcpStream) -> std::io::Result<()> {
-    let (client_read, client_write) = client.into_split();
+async fn serve<S>(shared: &Shared, client: S) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (client_read, client_write) = tokio::io::split(client);
     let client_write = Arc::new(tokio::sync::Mutex::new(client_write));
     let mut reader = Reader::new(client_read);
     let mut upstream: Option<(OwnedWriteHalf, Pump)> = None;
@@ -474,7 +519,7 @@ async fn serve(shared: &Shared, client: TcpStream) -> std::io::Result<()> {
 }
 
 /// Copies the part's responses to the client.
-async fn pump(mut from: OwnedReadHalf, to: Arc<tokio::sync::Mutex<OwnedWriteHalf>>) {
+async fn pump<W: AsyncWrite + Unpin>(mut from: OwnedReadHalf, to: Arc<tokio::sync::Mutex<W>>) {
     let mut buf = vec![0u8; 32 * 1024];
     loop {
         match from.read(&mut buf).await {
@@ -570,13 +615,13 @@ impl Head {
 }
 
 /// Buffered reading of the client's side.
-struct Reader {
-    inner: OwnedReadHalf,
+struct Reader<R> {
+    inner: R,
     buf: Vec<u8>,
 }
 
-impl Reader {
-    fn new(inner: OwnedReadHalf) -> Self {
+impl<R: AsyncRead + Unpin> Reader<R> {
+    fn new(inner: R) -> Self {
         Self {
             inner,
             buf: Vec::new(),

@@ -18,6 +18,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::{
+    Ground,
+    faultproxy::FaultProxy,
     ground::{random_suffix, repo_root},
     operator::free_port,
     wait_until,
@@ -41,6 +43,8 @@ pub struct Gitea {
     dir: tempfile::TempDir,
     child: Option<Child>,
     http: reqwest::Client,
+    /// Git over HTTPS in front of Gitea, once [`Gitea::serve_git_over_https`] ran.
+    git_proxy: Option<FaultProxy>,
 }
 
 /// `(binary, static root)` of the Gitea built by `e2e/scripts/gitea.sh` (built when absent).
@@ -224,6 +228,7 @@ impl Gitea {
             dir,
             child: Some(child),
             http,
+            git_proxy: None,
         };
         wait_until("Gitea's API to answer", Duration::from_secs(60), || async {
             Ok(gitea.call(Method::GET, "/version", None).await.ok())
@@ -288,9 +293,23 @@ impl Gitea {
         Ok(format!("{ADMIN}/{name}"))
     }
 
-    /// The Git URL of a repository (`owner/name`), without credentials.
+    /// Serves Git over HTTPS too (the operator refuses plain `http://` Git URLs): a TLS
+    /// proxy with the ground's git server certificate (for 127.0.0.1, trusted by operators
+    /// through the ground's CA) forwarding to Gitea. [`Gitea::git_url`] then names it.
+    pub fn serve_git_over_https(&mut self, ground: &Ground) -> anyhow::Result<()> {
+        let (cert, key) = ground.git()?.tls_identity();
+        let upstream = self.url.trim_start_matches("http://").to_string();
+        self.git_proxy = Some(FaultProxy::start_tls(&upstream, &cert, &key)?);
+        Ok(())
+    }
+
+    /// The Git URL of a repository (`owner/name`), without credentials: HTTPS after
+    /// [`Gitea::serve_git_over_https`], else Gitea's own plain HTTP.
     pub fn git_url(&self, repository: &str) -> String {
-        format!("{}/{repository}.git", self.url)
+        match &self.git_proxy {
+            Some(proxy) => format!("https://{}/{repository}.git", proxy.addr()),
+            None => format!("{}/{repository}.git", self.url),
+        }
     }
 
     /// Writes `path` on `branch` (creating `branch` from `from` when given) through the
@@ -496,6 +515,7 @@ impl Gitea {
 
     /// Stops Gitea.
     pub fn stop(&mut self) {
+        self.git_proxy = None;
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

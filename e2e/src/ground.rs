@@ -489,6 +489,13 @@ impl GitServer {
         Ok(format!("{}/{}.git", self.base_url, name))
     }
 
+    /// The HTTPS endpoint's certificate and private key (PEM files; issued by the ground's
+    /// git CA for 127.0.0.1), for a proxy that stands in for that endpoint.
+    pub fn tls_identity(&self) -> (PathBuf, PathBuf) {
+        let tls = self.ground.state.join("git/tls");
+        (tls.join("server.crt"), tls.join("server.key"))
+    }
+
     /// Path of the bare repository on disk (for assertions).
     pub fn repo_dir(&self, name: &str) -> PathBuf {
         self.ground

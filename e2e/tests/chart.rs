@@ -28,6 +28,7 @@ git:
   commitTemplate: "{{subject}}\n\n{{changes}}"
   batchWindow: 2s
   signingKey: {secretName: imagewatch-signing, key: signingKey}
+caBundle: {configMap: corp-ca, key: bundle.pem}
 registry:
   insecure: ["registry.internal:5000"]
   timeout: 45s
@@ -317,6 +318,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         ("IMAGEWATCH_SHUTDOWN_TIMEOUT", "80s"),
         ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
         ("KUBERNETES_SERVICE_PORT", "443"),
+        ("SSL_CERT_FILE", "/etc/imagewatch/ca/bundle.pem"),
     ];
     for (name, value) in expected {
         assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
@@ -330,6 +332,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         "HTTPS_PROXY",
         "KUBERNETES_SERVICE_HOST",
         "KUBERNETES_SERVICE_PORT",
+        "SSL_CERT_FILE",
     ];
     for name in env.keys() {
         assert!(
@@ -376,6 +379,19 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let volumes = deployment["spec"]["template"]["spec"]["volumes"].to_string();
     assert!(volumes.contains("iw-imagewatch-registries"), "{volumes}");
     assert!(volumes.contains("imagewatch-signing"), "{volumes}");
+    // The CA bundle: the ConfigMap's key mounted read-only where SSL_CERT_FILE points.
+    assert!(
+        volumes.contains(
+            r#""configMap":{"items":[{"key":"bundle.pem","path":"bundle.pem"}],"name":"corp-ca"}"#
+        ),
+        "{volumes}"
+    );
+    let mounts =
+        deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].to_string();
+    assert!(
+        mounts.contains(r#"{"mountPath":"/etc/imagewatch/ca","name":"ca-bundle","readOnly":true}"#),
+        "{mounts}"
+    );
 
     // Webhook: a container port, a Service port and an Ingress for /hooks on it.
     let service = one(&docs, "Service")?;

@@ -353,8 +353,11 @@ async fn registry_timeouts_then_back() -> anyhow::Result<()> {
 async fn git_remote_unreachable_then_back() -> anyhow::Result<()> {
     let ground = imagewatch_e2e::Ground::get()?;
     let git = ground.git()?;
-    let proxy = FaultProxy::start(git.http_url.trim_start_matches("http://"))?;
-    let base = format!("http://{}", proxy.addr());
+    // The operator speaks HTTPS to the proxy (the ground's git certificate, trusted through
+    // the ground's CA); the proxy forwards to the git server's plain endpoint on loopback.
+    let (cert, key) = git.tls_identity();
+    let proxy = FaultProxy::start_tls(git.http_url.trim_start_matches("http://"), &cert, &key)?;
+    let base = format!("https://{}", proxy.addr());
     let mut case = Case::start(
         "gitdown",
         &ground.registry()?.host,

@@ -1,4 +1,5 @@
-//! The git writer against the test ground's real git server over smart HTTP with basic auth:
+//! The git writer against the test ground's real git server over smart HTTP (HTTPS, with the
+//! ground's CA) with basic auth:
 //! 50 intents submitted at once become one commit; a push that lands between our fetch and
 //! our push is kept and ours is re-planned on top; bad credentials fail every intent of the
 //! batch without writing anything.
@@ -54,7 +55,23 @@ fn seed(git: &GitServer, n: usize) -> anyhow::Result<(String, String)> {
     std::fs::write(fleet.join("odd.yaml"), odd.join("---\n"))?;
     let name = format!("writer-{}", random_suffix());
     git.new_repo(&name, dir.path())?;
-    Ok((name.clone(), format!("{}/{name}.git", git.http_url)))
+    Ok((name.clone(), format!("{}/{name}.git", git.base_url)))
+}
+
+/// Makes this process's libgit2 trust the ground's git CA (the operator gets it through
+/// `SSL_CERT_FILE`). Every test calls it before any libgit2 use, so the global option is set
+/// once, before anything reads it.
+fn trust_ground_ca(ground: &Ground) -> anyhow::Result<()> {
+    static TRUSTED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let bundle = ground.var("IMAGEWATCH_GIT_CA_BUNDLE")?.to_string();
+    TRUSTED
+        .get_or_init(|| {
+            // SAFETY: called once (OnceLock), before this process makes any libgit2 call that
+            // reads the certificate locations.
+            unsafe { git2::opts::set_ssl_cert_file(&bundle) }.map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("trusting {bundle}: {e}"))
 }
 
 fn request(url: &str, auth: &GitAuth, i: usize, tag: &str) -> WriteRequest {
@@ -105,6 +122,7 @@ fn auth(git: &GitServer) -> GitAuth {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_intents_over_http_become_one_commit() -> anyhow::Result<()> {
     let ground = Ground::get()?;
+    trust_ground_ca(ground)?;
     let git = ground.git()?;
     let (repo, url) = seed(&git, 50)?;
     let cache = tempfile::tempdir()?;
@@ -141,6 +159,7 @@ async fn fifty_intents_over_http_become_one_commit() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_push_racing_ours_over_http_is_kept() -> anyhow::Result<()> {
     let ground = Ground::get()?;
+    trust_ground_ca(ground)?;
     let git = ground.git()?;
     let (repo, url) = seed(&git, 4)?;
     let bare = git.repo_dir(&repo);
@@ -203,6 +222,7 @@ async fn a_push_racing_ours_over_http_is_kept() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_credentials_fail_every_intent_and_write_nothing() -> anyhow::Result<()> {
     let ground = Ground::get()?;
+    trust_ground_ca(ground)?;
     let git = ground.git()?;
     let (repo, url) = seed(&git, 2)?;
     let cache = tempfile::tempdir()?;

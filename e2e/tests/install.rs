@@ -261,7 +261,6 @@ fn seconds_to_ready(pod: &Pod) -> Option<i64> {
 }
 
 #[tokio::test]
-#[ignore = "the installed Pod never reconciles the test's ImageWatch (no status within 120 s); under investigation"]
 async fn the_installed_chart_is_ready_at_once_and_runs_the_core_loop() -> anyhow::Result<()> {
     // helm install --wait returns with no ImageWatch in the cluster: /readyz does not wait
     // for one.
@@ -334,7 +333,6 @@ async fn the_installed_chart_is_ready_at_once_and_runs_the_core_loop() -> anyhow
 /// one exists (Recreate: at no moment two processes that could push), and every push is
 /// committed exactly once.
 #[tokio::test]
-#[ignore = "the installed Pod never reconciles the test's ImageWatch (no status within 120 s); under investigation"]
 async fn helm_upgrade_while_pushes_arrive_has_one_writer_and_loses_nothing() -> anyhow::Result<()> {
     let it = Installed::start("upg", "").await?;
     it.push("canary-v1.0.0")?;
@@ -410,7 +408,6 @@ async fn helm_upgrade_while_pushes_arrive_has_one_writer_and_loses_nothing() -> 
 /// The Pod deleted while a batch is open: it finishes (or hands over) and every tag is
 /// committed exactly once, by the old Pod or its replacement.
 #[tokio::test]
-#[ignore = "the installed Pod never reconciles the test's ImageWatch (no status within 120 s); under investigation"]
 async fn deleting_the_pod_mid_batch_commits_every_tag_once() -> anyhow::Result<()> {
     let it = Installed::start("midb", "git: {batchWindow: 3s}\n").await?;
     it.push("canary-v1.0.0")?;

@@ -235,7 +235,7 @@ async fn stopping_one_of_three_sqs_consumers_strands_no_message() -> anyhow::Res
             let mut delivered = 0.0;
             for r in &replicas {
                 let text = r.metrics().await?;
-                delivered += metric(&text, "imagewatch_sqs_messages{result=\"delivered\"}");
+                delivered += metric(&text, "imagewatch_sqs_messages_total{result=\"delivered\"}");
             }
             Ok((delivered >= 1.0).then_some(()))
         },

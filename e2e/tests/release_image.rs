@@ -178,3 +178,27 @@ fn the_image_without_docker_matches_the_dockerfile() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The crash-point test hook is compiled only into test builds (cargo feature `test-hooks`,
+/// enabled by this crate): the release binary cannot be told to abort itself.
+#[test]
+fn the_release_binary_has_no_test_hooks() -> anyhow::Result<()> {
+    let hook = b"IMAGEWATCH_TEST_CRASH_POINT";
+    let contains = |path: &Path| -> anyhow::Result<bool> {
+        let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
+        Ok(bytes.windows(hook.len()).any(|w| w == hook))
+    };
+    let test_build = imagewatch_e2e::operator::binary();
+    ensure!(
+        contains(&test_build)?,
+        "the test build {} should have the hook",
+        test_build.display()
+    );
+    let release = imagewatch_e2e::node::release_binary()?;
+    ensure!(
+        !contains(&release)?,
+        "the release binary {} has the test hook",
+        release.display()
+    );
+    Ok(())
+}

@@ -250,6 +250,161 @@ async fn only_signed_tags_are_written_sigstore_bundles() -> anyhow::Result<()> {
     signed_tags_only(false).await
 }
 
+/// (applied tag, ready, reason, message) of the member `repository` of a pattern watch.
+fn member_of(w: &ImageWatch, repository: &str) -> Option<(Option<String>, bool, String, String)> {
+    let m = w
+        .status
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| m.repository == repository)?;
+    Some((
+        m.applied.clone(),
+        m.ready,
+        m.reason.clone(),
+        m.message.clone().unwrap_or_default(),
+    ))
+}
+
+/// Waits until member `repository` of `name` has `applied` and `reason`.
+async fn wait_member(
+    s: &Scenario,
+    name: &str,
+    repository: &str,
+    applied: Option<&str>,
+    reason: &str,
+) -> anyhow::Result<(ImageWatch, String)> {
+    wait_until(
+        &format!("{name}: member {repository} at {applied:?} with {reason}"),
+        TIMEOUT,
+        || async {
+            let w = s.watches.get(name).await?;
+            Ok(member_of(&w, repository)
+                .filter(|m| m.0.as_deref() == applied && m.2 == reason)
+                .map(|m| (w, m.3)))
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))
+}
+
+/// `spec.verify` on a pattern image: each member's tag is verified in its own repository.
+/// The signed member is committed, the unsigned one is not (`SignatureMissing`); a newer
+/// unsigned tag of the signed member is refused while its verified tag stays; the unsigned
+/// member, signed later, is committed then.
+#[tokio::test]
+async fn a_pattern_verifies_each_member_in_its_own_repository() -> anyhow::Result<()> {
+    let s = Scenario::start("sig-pattern", &[]).await?;
+    let registry = s.ground.registry()?;
+    let git = s.ground.git()?;
+    let ns = s.ns.name.clone();
+    let cosign = Cosign::new(&registry, false)?;
+    let trusted = cosign.key_pair("trusted")?;
+    create_secret(
+        &s.admin,
+        &ns,
+        "cosign-keys",
+        "Opaque",
+        &[("cosign.pub", &trusted)],
+    )
+    .await?;
+
+    let top = format!("e2e/sigpat-{}", random_suffix());
+    let signed = format!("{top}/signed/api");
+    let unsigned = format!("{top}/unsigned/api");
+    let signed_digest = registry.push(&signed, "v1.0.0")?;
+    let unsigned_digest = registry.push(&unsigned, "v1.0.0")?;
+    cosign.sign(
+        "trusted",
+        &format!("{}/{signed}", registry.host),
+        &signed_digest,
+    )?;
+
+    let seed_dir = tempfile::tempdir()?;
+    for app in ["signed", "unsigned"] {
+        let dir = seed_dir.path().join(format!("apps/{app}"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("deployment.yaml"),
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {app}\nspec:\n  template:\n    spec:\n      containers:\n        - name: api\n          image: {}/{top}/{app}/api:v0.9.0\n",
+                registry.host
+            ),
+        )?;
+    }
+    let repo_name = format!("manifests-{ns}");
+    let git_url = git.new_repo(&repo_name, seed_dir.path())?;
+    let file = |app: &str| format!("apps/{app}/deployment.yaml");
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: services, namespace: {ns}}}
+spec:
+  image: "{host}/{top}/*/api"
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{git_url}", secretRef: {{name: git-creds}}}}
+  target: {{workload: {{path: "apps/$1", kind: Deployment, name: "$1", container: api}}}}
+  verify: {{cosign: {{secretRef: {{name: cosign-keys}}}}}}
+"#,
+        host = registry.host
+    ))?;
+
+    // Signed member committed; unsigned member not, and says why.
+    wait_member(&s, "services", &signed, Some("v1.0.0"), "Updated").await?;
+    let (w, message) = wait_member(&s, "services", &unsigned, None, "SignatureMissing").await?;
+    assert!(
+        message.contains("v1.0.0") && message.contains(&unsigned_digest),
+        "{message}"
+    );
+    let (status, reason, ready_message) = ready(&w).unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "MembersNotReady")
+    );
+    assert!(
+        ready_message.contains(&format!("{unsigned}: SignatureMissing")),
+        "{ready_message}"
+    );
+    assert!(
+        git.show(&repo_name, "main", &file("signed"))?
+            .contains("signed/api:v1.0.0")
+    );
+    assert!(
+        git.show(&repo_name, "main", &file("unsigned"))?
+            .contains("unsigned/api:v0.9.0")
+    );
+    let commits = git.commit_count(&repo_name, "main")?;
+
+    // A newer unsigned tag of the signed member: refused, its verified tag stays.
+    registry.push(&signed, "v1.1.0")?;
+    let (_, message) =
+        wait_member(&s, "services", &signed, Some("v1.0.0"), "SignatureMissing").await?;
+    assert!(
+        message.contains("the newest verified tag") && message.contains("refused newer tag v1.1.0"),
+        "{message}"
+    );
+    assert_eq!(git.commit_count(&repo_name, "main")?, commits);
+
+    // The unsigned member signed later: committed then.
+    cosign.sign(
+        "trusted",
+        &format!("{}/{unsigned}", registry.host),
+        &unsigned_digest,
+    )?;
+    wait_member(&s, "services", &unsigned, Some("v1.0.0"), "Updated").await?;
+    assert!(
+        git.show(&repo_name, "main", &file("unsigned"))?
+            .contains("unsigned/api:v1.0.0")
+    );
+    assert!(
+        git.show(&repo_name, "main", &file("signed"))?
+            .contains("signed/api:v1.0.0")
+    );
+    assert_eq!(git.commit_count(&repo_name, "main")?, commits + 1);
+    Ok(())
+}
+
 fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
     let c = p
         .status

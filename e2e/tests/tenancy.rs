@@ -81,6 +81,16 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
         ("ext::sh -c touch% /tmp/pwned", "", "file://"),
         ("git://git.example.com/org/m.git", "", "file://"),
         ("https://-oProxyCommand=x/m.git", "", "file://"),
+        (
+            "http://127.0.0.1:8080/m.git",
+            "",
+            "http:// (credentials and content in the clear)",
+        ),
+        (
+            "HTTP://git.example.com/org/m.git",
+            "",
+            "http:// (credentials",
+        ),
     ];
     for (i, (url, secret_ref, expected)) in refused.iter().enumerate() {
         let yaml = watch_yaml(&ns.name, &format!("bad-{i}"), url, secret_ref);
@@ -90,7 +100,7 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
     }
     let accepted = [
         "https://git.example.com/org/m.git",
-        "http://127.0.0.1:8080/m.git",
+        "https://127.0.0.1:8443/m.git",
         "ssh://git@git.example.com:2222/org/m.git",
         "git@github.com:org/m.git",
     ];
@@ -103,6 +113,34 @@ async fn secret_names_and_git_urls_are_checked_at_apply() -> anyhow::Result<()> 
         );
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         assert!(ok, "{url}: refused: {out}");
+    }
+    // A PromotionPolicy's target repository follows the same rule.
+    for (i, (url, accept)) in [
+        ("http://git.example.com/org/m.git", false),
+        ("file:///var/cache/imagewatch/git/x", false),
+        ("https://git.example.com/org/m.git", true),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let yaml = format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: policy-{i}, namespace: {ns}}}
+spec:
+  from: {{watchSelector: {{matchLabels: {{app: my-api}}}}}}
+  to:
+    git: {{url: "{url}", branch: main}}
+    path: overlays/production
+  mode: Commit
+"#,
+            ns = ns.name
+        );
+        let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
+        assert_eq!(ok, *accept, "PromotionPolicy with {url}: {out}");
+        if !accept {
+            assert!(out.contains("spec.to.git.url"), "{url}: {out}");
+        }
     }
     Ok(())
 }
@@ -281,6 +319,22 @@ spec:
         ))?;
     }
 
+    // What Argo CD reports of b-app: its revision is team-b's head commit.
+    t.apply(&format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: b-app, namespace: {argocd}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: HEAD, path: ""}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
+status:
+  sync: {{status: Synced, revision: {head}}}
+  health: {{status: Healthy}}
+"#,
+        argocd = t.argocd.name
+    ))?;
+
     // team-a, without credentials for that repository: by URL, and by naming team-b's
     // Applications in a tracking annotation (both forms) or an instance label.
     let watch = |name: &str, meta: &str, git: &str| {
@@ -335,6 +389,61 @@ spec:
         );
         seen.push(status);
     }
+    // A PromotionPolicy of team-a (in its own repository) whose application gate names
+    // team-b's Application: answered as if it did not exist, nothing of it shown.
+    let a_dir = tempfile::tempdir()?;
+    for (overlay, tag) in [("staging", "v2.0.0"), ("production", "v1.0.0")] {
+        let path = a_dir.path().join("overlays").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!(
+                "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
+            ),
+        )?;
+    }
+    let a_repo = format!("tenant-a-{}", random_suffix());
+    let a_url = git.new_repo(&a_repo, a_dir.path())?;
+    create_git_secret(&admin, &a, &git).await?;
+    t.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: borrow-gate, namespace: {a}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{a_url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+  gates:
+    application: {{name: b-app, namespace: {argocd}}}
+  mode: Commit
+  interval: 10s
+"#,
+        argocd = t.argocd.name
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(admin.clone(), &a);
+    let gated = wait_until("borrow-gate's application gate", TIMEOUT, || async {
+        let p = policies.get("borrow-gate").await?;
+        let c = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "GatesPassing"))
+            .cloned();
+        Ok(c.filter(|c| c.reason == "ApplicationNotHealthy")
+            .map(|c| (c.message, p)))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        gated
+            .0
+            .contains("does not exist or does not deploy to this namespace"),
+        "{}",
+        gated.0
+    );
+    assert_eq!(git.commit_count(&a_repo, "main")?, 1, "nothing promoted");
+    seen.push(serde_json::to_string(&gated.1.status)?);
+
     // The Events of team-a's namespace, once every watch has reported.
     seen.push(
         t.ground
@@ -451,6 +560,64 @@ spec:
         metric(
             &metrics,
             "imagewatch_not_allowed_total{kind=\"ImageWatch\",check=\"namespace\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+
+    // A PromotionPolicy of team-a whose imageExists gate would read an ECR repository with
+    // the operator's AWS identity: the rule allows neither that registry nor the identity,
+    // so nothing is asked of ECR and nothing is written.
+    let ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-b/api";
+    let promo_dir = tempfile::tempdir()?;
+    for (overlay, tag) in [("staging", "v2.0.0"), ("production", "v1.0.0")] {
+        let path = promo_dir.path().join("apps/a").join(overlay);
+        std::fs::create_dir_all(&path)?;
+        std::fs::write(
+            path.join("kustomization.yaml"),
+            format!("resources: []\nimages:\n- name: api\n  newName: {ecr}\n  newTag: {tag}\n"),
+        )?;
+    }
+    let promo_repo = format!("allow-promo-{}", random_suffix());
+    let promo_url = git.new_repo(&promo_repo, promo_dir.path())?;
+    t.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: ecr-gate, namespace: {a}}}
+spec:
+  from: {{path: apps/a/staging}}
+  to:
+    git: {{url: "{promo_url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: apps/a/production
+  gates: {{imageExists: true}}
+  mode: Commit
+  interval: 10s
+"#
+    ))?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(admin.clone(), &a);
+    let refused = wait_until("ecr-gate NotAllowed", TIMEOUT, || async {
+        let p = policies.get("ecr-gate").await?;
+        Ok(p.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+            .filter(|c| c.reason == "NotAllowed")
+            .map(|c| c.message.clone()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", t.operator.log_tail(40)))?;
+    assert!(
+        refused.contains("team-a-rule") && refused.contains("operator's AWS identity"),
+        "{refused}"
+    );
+    assert_eq!(
+        git.commit_count(&promo_repo, "main")?,
+        1,
+        "nothing promoted"
+    );
+    let metrics = t.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_not_allowed_total{kind=\"PromotionPolicy\",check=\"aws\"}"
         ) >= 1.0,
         "{metrics}"
     );

@@ -151,6 +151,68 @@ async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> a
         .send()
         .await?;
     assert_eq!(refused.status(), 401);
+
+    // The metrics tell the truth. The webhook results are counters; the forged request is
+    // counted as refused (the receiver's counts are added every 30 s).
+    let metrics = wait_until("webhook counters exported", Duration::from_secs(45), || async {
+        let m = s.operator.metrics().await?;
+        let rejected = metric(
+            &m,
+            "imagewatch_webhook_requests_total{provider=\"distribution\",result=\"rejected_auth\"}",
+        );
+        Ok((rejected >= 1.0).then_some(m))
+    })
+    .await?;
+    assert!(
+        metrics.contains("# TYPE imagewatch_webhook_requests counter"),
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_webhook_requests_total{provider=\"distribution\",result=\"accepted\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+    assert_eq!(metric(&metrics, "imagewatch_watches"), 1.0, "{metrics}");
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_reconcile_duration_seconds_count{controller=\"imagewatch\"}"
+        ) >= 3.0,
+        "{metrics}"
+    );
+    // One count per HTTP request: the registry's access log lines (one per request, the
+    // user agent last) from the operator.
+    let from_operator = || -> anyhow::Result<usize> {
+        Ok(std::fs::read_to_string(registry.log_path())?
+            .lines()
+            .filter(|l| l.starts_with("127.0.0.1 ") && l.contains("\"imagewatch/"))
+            .count())
+    };
+    let (counted, logged) = wait_until(
+        "registry requests counted as the registry logged them",
+        Duration::from_secs(20),
+        || async {
+            let m = s.operator.metrics().await?;
+            let counted: f64 = m
+                .lines()
+                .filter(|l| {
+                    l.starts_with("imagewatch_registry_requests_total{")
+                        && l.contains(&format!("registry=\"{host}\""))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            let logged = from_operator()?;
+            anyhow::ensure!(
+                counted as usize == logged && logged > 0,
+                "counted {counted}, the registry logged {logged}"
+            );
+            Ok(Some((counted, logged)))
+        },
+    )
+    .await?;
+    assert!(logged >= 3, "{counted} {logged}");
     Ok(())
 }
 

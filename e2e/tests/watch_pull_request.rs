@@ -127,7 +127,8 @@ async fn file_on(gitea: &Gitea, repo: &str, branch: &str) -> anyhow::Result<Stri
 #[tokio::test]
 async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<()> {
     let s = Scenario::start("wpr", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let registry = s.ground.registry()?;
     let set = setup(&s, &gitea, "").await?;
     gitea.create_label(&set.repo, "image-update").await?;
@@ -271,7 +272,8 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
 #[tokio::test]
 async fn auto_merge_merges_once_the_required_status_passes() -> anyhow::Result<()> {
     let s = Scenario::start("wpram", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let registry = s.ground.registry()?;
     let set = setup(&s, &gitea, "").await?;
     gitea.require_status(&set.repo, "main", "ci").await?;
@@ -311,7 +313,8 @@ async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() 
 {
     let hook = imagewatch::controller::watch_pr::CRASH_AFTER_PULL_REQUEST;
     let mut s = Scenario::start_with_env("wprcrash", &[], &[(hook, "1")]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let registry = s.ground.registry()?;
     let set = setup(&s, &gitea, "").await?;
     registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
@@ -365,7 +368,8 @@ async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() 
 #[tokio::test]
 async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()> {
     let s = Scenario::start("wprgroup", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let registry = s.ground.registry()?;
     let set = setup(&s, &gitea, "").await?;
     // A second member: the worker, in its own file.
@@ -468,7 +472,8 @@ async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()>
 async fn seed_001_staging_and_production_pull_requests_on_gitea() -> anyhow::Result<()> {
     use imagewatch_crd::{PromotionPolicy, conditions};
     let s = Scenario::start("wprseed1", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let registry = s.ground.registry()?;
     let sfx = random_suffix();
     let stg = format!("{}/e2e/acct111-{sfx}/my-api", registry.host);
@@ -708,7 +713,8 @@ spec:
 async fn a_pattern_watch_opens_one_pull_request_per_member() -> anyhow::Result<()> {
     const COUNT: usize = 27;
     let s = Scenario::start("wprpat", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let (repo, top, apps) = pattern_watch(&s, &gitea, COUNT, true).await?;
     let pushed = std::time::Instant::now();
     wait_until("a pull request per member", TIMEOUT, || async {
@@ -794,7 +800,8 @@ async fn a_pattern_watch_opens_one_pull_request_per_member() -> anyhow::Result<(
 #[tokio::test]
 async fn a_pattern_watch_can_open_one_pull_request_for_all() -> anyhow::Result<()> {
     let s = Scenario::start("wprpatone", &[]).await?;
-    let gitea = Gitea::start().await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
     let (repo, _, apps) = pattern_watch(&s, &gitea, 3, false).await?;
     let pr = wait_until("one pull request for all", TIMEOUT, || async {
         let w = s.watches.get("all").await?;

@@ -132,7 +132,8 @@ pub struct RunArgs {
     #[arg(long, env = "IMAGEWATCH_SIGNING_KEY")]
     pub signing_key: Option<PathBuf>,
     /// Test hook: abort the process at this point of a git write (after-fetch, after-commit,
-    /// before-push, mid-push, after-push). Never set in production.
+    /// before-push, mid-push, after-push). Only in builds with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
     #[arg(long, env = "IMAGEWATCH_TEST_CRASH_POINT", hide = true, value_parser = parse_write_point)]
     pub test_crash_point: Option<crate::git::WritePoint>,
     /// After a PromotionPolicy is deleted, how long closing its pull request is retried before
@@ -342,6 +343,7 @@ pub fn parse_commit_template(
     crate::controller::writer::CommitTemplate::parse(text).map_err(|e| e.to_string())
 }
 
+#[cfg(feature = "test-hooks")]
 fn parse_write_point(text: &str) -> Result<crate::git::WritePoint, String> {
     crate::git::WritePoint::from_name(text).ok_or_else(|| {
         let names: Vec<&str> = crate::git::WritePoint::ALL

@@ -128,6 +128,56 @@ pub struct SqsLabels {
     pub result: String,
 }
 
+/// Turns cumulative counts kept elsewhere (the webhook receiver, the SQS consumer, the
+/// registry client) into counter increments: each [`CountDeltas::advance`] returns what was
+/// added since the previous call for that key.
+#[derive(Debug)]
+pub struct CountDeltas<K> {
+    last: std::collections::HashMap<K, u64>,
+}
+
+impl<K> Default for CountDeltas<K> {
+    fn default() -> Self {
+        Self {
+            last: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl<K: std::hash::Hash + Eq> CountDeltas<K> {
+    /// The increase of `key`'s count since the last call (all of `now` the first time; a
+    /// count that went down started over, so all of it is new).
+    pub fn advance(&mut self, key: K, now: u64) -> u64 {
+        let before = self.last.insert(key, now).unwrap_or(0);
+        if now >= before { now - before } else { now }
+    }
+}
+
+/// Which controller: `imagewatch` or `promotionpolicy`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `imagewatch` or `promotionpolicy`.
+    pub controller: String,
+}
+
+/// Labels of a controller stream error (its watch or its runner failing).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerErrorLabels {
+    /// `imagewatch` or `promotionpolicy`.
+    pub controller: String,
+    /// `watch` (listing or watching the objects failed: a missing CRD, RBAC) or `runner`.
+    pub error: String,
+}
+
+/// Buckets of the reconcile duration histogram, in seconds.
+const RECONCILE_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(RECONCILE_BUCKETS)
+}
+
 /// Outcome label of one reconcile.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -291,8 +341,12 @@ pub struct Metrics {
     pub events: Family<EventLabels, Counter>,
     /// Seconds from a registry event to the commit it caused being pushed.
     pub push_to_commit_seconds: Histogram,
-    /// Webhook receiver results since start (cumulative; refreshed every 30 s).
-    pub webhook_requests: Family<WebhookLabels, Gauge>,
+    /// Webhook receiver results.
+    pub webhook_requests: Family<WebhookLabels, Counter>,
+    /// Seconds one reconcile took, by controller.
+    pub reconcile_duration_seconds: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    /// Controller stream errors (watch or runner failures), by controller.
+    pub controller_stream_errors: Family<ControllerErrorLabels, Counter>,
     /// ImageWatches currently known.
     pub watches: Gauge,
     /// ImageWatches by the status and reason of their `Ready` condition.
@@ -327,8 +381,8 @@ pub struct Metrics {
     pub not_allowed: Family<NotAllowedLabels, Counter>,
     /// Image signature checks by kind and outcome.
     pub signature_checks: Family<SignatureLabels, Counter>,
-    /// SQS consumer counts since start (cumulative; refreshed every 5 s).
-    pub sqs_messages: Family<SqsLabels, Gauge>,
+    /// SQS consumer message counts.
+    pub sqs_messages: Family<SqsLabels, Counter>,
     /// What `/readyz` answers.
     pub readiness: Readiness,
 }
@@ -371,11 +425,26 @@ impl Metrics {
             "Registry events received, by source and outcome",
             events.clone(),
         );
-        let webhook_requests = Family::<WebhookLabels, Gauge>::default();
+        let webhook_requests = Family::<WebhookLabels, Counter>::default();
         registry.register(
             "webhook_requests",
-            "Webhook receiver results since start, by provider (cumulative)",
+            "Webhook receiver requests, by provider and result",
             webhook_requests.clone(),
+        );
+        let reconcile_duration_seconds =
+            Family::<ControllerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                reconcile_histogram,
+            );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Seconds one reconcile took, by controller",
+            reconcile_duration_seconds.clone(),
+        );
+        let controller_stream_errors = Family::<ControllerErrorLabels, Counter>::default();
+        registry.register(
+            "controller_stream_errors",
+            "Controller stream errors (watch or runner failures), by controller",
+            controller_stream_errors.clone(),
         );
         let push_to_commit_seconds =
             Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
@@ -483,12 +552,17 @@ impl Metrics {
             "Items waiting in internal queues",
             queue_depth.clone(),
         );
-        let sqs_messages = Family::<SqsLabels, Gauge>::default();
+        let sqs_messages = Family::<SqsLabels, Counter>::default();
         registry.register(
             "sqs_messages",
-            "SQS consumer message counts since start, by result (cumulative)",
+            "SQS consumer messages, by result",
             sqs_messages.clone(),
         );
+        for controller in ["imagewatch", "promotionpolicy"] {
+            drop(reconcile_duration_seconds.get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            }));
+        }
         // Series that the chart's alerts and dashboard compare against exist from the start
         // at 0, so a rate or an increase is defined before the first event of its kind.
         drop(reconciles.get_or_create(&ReconcileLabels {
@@ -534,6 +608,8 @@ impl Metrics {
             events,
             push_to_commit_seconds,
             webhook_requests,
+            reconcile_duration_seconds,
+            controller_stream_errors,
             watches,
             watch_conditions,
             watch_not_ready_seconds_max,
@@ -624,6 +700,43 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_deltas_add_only_what_is_new() {
+        let mut d = CountDeltas::default();
+        assert_eq!(d.advance("a", 3), 3);
+        assert_eq!(d.advance("a", 3), 0);
+        assert_eq!(d.advance("a", 5), 2);
+        assert_eq!(d.advance("b", 1), 1);
+        // A source that started over (a restarted consumer): all of its count is new.
+        assert_eq!(d.advance("a", 1), 1);
+    }
+
+    #[test]
+    fn counters_are_exported_as_counters_and_durations_per_controller() {
+        let m = Metrics::new();
+        m.webhook_requests
+            .get_or_create(&WebhookLabels {
+                provider: "distribution".into(),
+                result: "accepted".into(),
+            })
+            .inc();
+        m.sqs_messages
+            .get_or_create(&SqsLabels {
+                result: "received".into(),
+            })
+            .inc();
+        let text = m.render();
+        for line in [
+            "# TYPE imagewatch_webhook_requests counter",
+            "# TYPE imagewatch_sqs_messages counter",
+            "# TYPE imagewatch_reconcile_duration_seconds histogram",
+            "imagewatch_reconcile_duration_seconds_count{controller=\"imagewatch\"} 0",
+            "imagewatch_reconcile_duration_seconds_count{controller=\"promotionpolicy\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
+    }
 
     #[test]
     fn ready_once_every_declared_condition_is_met_and_not_while_stopping() {

@@ -222,6 +222,9 @@ pub struct MemberResult {
     pub captures: Vec<String>,
     /// The tag chosen for it, when one was.
     pub latest: Option<String>,
+    /// With `spec.verify`: the newest better tag of this member refused for its signature,
+    /// while an older verified one is written.
+    pub refused: Option<crate::signature::Refused>,
     /// The writer's answer, or why the member could not get that far.
     pub outcome: Result<WriteResult, ReconcileError>,
     /// With `spec.git.pullRequest` per member: what was done with its pull request.
@@ -380,6 +383,25 @@ fn member_status(
         } else {
             format!("suspended: {} holds {}", write.file, write.current_after)
         });
+        return status;
+    }
+    if let Some(refused) = &member.refused {
+        // Written what verifies, but a newer tag is held back: not ready, and says why.
+        let done = match &write.commit {
+            Some(commit) => format!(
+                "{}: {} -> {} (commit {}), the newest verified tag",
+                write.file,
+                write.current_before,
+                write.current_after,
+                short(commit)
+            ),
+            None => format!(
+                "{} holds {}, the newest verified tag",
+                write.file, write.current_after
+            ),
+        };
+        status.reason = refused.reason().to_string();
+        status.message = Some(format!("{done}; refused newer {}", refused.message()));
         return status;
     }
     status.ready = true;
@@ -734,9 +756,80 @@ mod tests {
             repository: repo.into(),
             captures: vec![repo.split('/').nth(1).unwrap_or_default().to_string()],
             latest: Some("v2".into()),
+            refused: None,
             outcome,
             pull_request: None,
         }
+    }
+
+    #[test]
+    fn members_verified_one_by_one() {
+        use crate::signature::{Refused, Verdict as SignatureVerdict};
+        let refused = |tag: &str, verdict| Refused {
+            tag: tag.into(),
+            digest: "sha256:1111".into(),
+            verdict,
+        };
+        let mut held_back = member(
+            "svc/b/api",
+            Ok(written(
+                "apps/b/d.yaml",
+                "r.io/svc/b/api:v1",
+                "r.io/svc/b/api:v2",
+                Some("abcdef0123456789"),
+            )),
+        );
+        held_back.refused = Some(refused("v3", SignatureVerdict::Missing));
+        let o = outcome(vec![
+            // Signed: written, ready.
+            member(
+                "svc/a/api",
+                Ok(written(
+                    "apps/a/d.yaml",
+                    "r.io/svc/a/api:v1",
+                    "r.io/svc/a/api:v2",
+                    Some("abcdef0123456789"),
+                )),
+            ),
+            // Its newest tag unsigned, an older verified one written.
+            held_back,
+            // No candidate verifies: nothing written.
+            member(
+                "svc/c/api",
+                Err(ReconcileError::Signature(Box::new(refused(
+                    "v2",
+                    SignatureVerdict::Invalid("classic signature: no key".into()),
+                )))),
+            ),
+        ]);
+        let members = member_statuses(&[], &o);
+        assert!(members[0].ready && members[0].reason == "Updated");
+        let b = &members[1];
+        assert!(!b.ready);
+        assert_eq!(b.reason, "SignatureMissing");
+        assert_eq!(b.applied.as_deref(), Some("v2"));
+        assert_eq!(b.commit.as_deref(), Some("abcdef0123456789"));
+        let message = b.message.as_deref().unwrap_or_default();
+        assert!(
+            message.contains("the newest verified tag") && message.contains("refused newer tag v3"),
+            "{message}"
+        );
+        let c = &members[2];
+        assert!(!c.ready && c.applied.is_none() && c.commit.is_none());
+        assert_eq!(c.reason, "SignatureInvalid");
+        assert!(
+            c.message.as_deref().unwrap_or_default().contains("no key"),
+            "{c:?}"
+        );
+        let v = verdict(&members, &o);
+        assert_eq!(v.reason, "MembersNotReady");
+        assert!(
+            v.message.starts_with("2 of 3 members not ready")
+                && v.message.contains("svc/b/api: SignatureMissing")
+                && v.message.contains("svc/c/api: SignatureInvalid"),
+            "{}",
+            v.message
+        );
     }
 
     fn outcome(members: Vec<MemberResult>) -> PatternOutcome {

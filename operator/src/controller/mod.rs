@@ -408,7 +408,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     ));
     tokio::spawn(export_queue_depths(
         metrics.clone(),
-        ctx.registry.clone(),
+        ctx.clone(),
         event_tx.clone(),
         reconcile_tx.clone(),
         shutdown.clone(),
@@ -504,12 +504,27 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         // Graceful shutdown lets a reconcile that is pushing finish before the process exits,
         // so a commit is never left half-pushed by a rolling update.
         .graceful_shutdown_on(async move { controller_token.cancelled().await })
-        .run(reconcile::reconcile, error_policy, ctx)
-        .for_each(move |result| {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile stream");
+        .run(
+            |watch, ctx| async move {
+                let metrics = ctx.metrics.clone();
+                timed(
+                    &metrics,
+                    IMAGEWATCH_CONTROLLER,
+                    reconcile::reconcile(watch, ctx),
+                )
+                .await
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each({
+            let metrics = metrics.clone();
+            move |result| {
+                if let Err(e) = result {
+                    log_stream_error(&metrics, IMAGEWATCH_CONTROLLER, &e);
+                }
+                futures::future::ready(())
             }
-            futures::future::ready(())
         });
     tracing::info!("imagewatch controller started");
     // PromotionPolicies: their own controller, sharing this context, stopped by the same token.
@@ -556,6 +571,67 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(RunError::Metrics(e)),
         Err(e) => Err(RunError::Metrics(std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// The `controller` label of the ImageWatch controller's metrics.
+const IMAGEWATCH_CONTROLLER: &str = "imagewatch";
+
+/// Runs one reconcile and observes its duration in
+/// `imagewatch_reconcile_duration_seconds{controller}`.
+pub async fn timed<F: std::future::Future>(
+    metrics: &Metrics,
+    controller: &str,
+    reconcile: F,
+) -> F::Output {
+    let started = std::time::Instant::now();
+    let output = reconcile.await;
+    metrics
+        .reconcile_duration_seconds
+        .get_or_create(&crate::telemetry::ControllerLabels {
+            controller: controller.to_string(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    output
+}
+
+/// What a controller stream error is (pure): `None` for a failed reconcile (already in the
+/// object's status, Events and metrics) and for an object gone from the cache (expected);
+/// `watch` when listing or watching the objects fails (a missing CRD, RBAC), `runner` for
+/// the controller's runner.
+pub fn stream_error_kind<R, Q>(
+    error: &kube::runtime::controller::Error<R, Q>,
+) -> Option<&'static str> {
+    use kube::runtime::controller::Error;
+    match error {
+        Error::ReconcilerFailed(..) | Error::ObjectNotFound(..) => None,
+        Error::QueueError(_) => Some("watch"),
+        Error::RunnerError(_) => Some("runner"),
+    }
+}
+
+/// Logs a controller stream error at the level it deserves and counts the ones that are
+/// the operator's own problem in `imagewatch_controller_stream_errors_total`.
+pub fn log_stream_error<R, Q>(
+    metrics: &Metrics,
+    controller: &str,
+    error: &kube::runtime::controller::Error<R, Q>,
+) where
+    R: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
+    match stream_error_kind(error) {
+        None => tracing::debug!(controller, error = %error, "reconcile stream"),
+        Some(kind) => {
+            tracing::error!(controller, error = %error, "controller {kind} failed; retrying with backoff");
+            metrics
+                .controller_stream_errors
+                .get_or_create(&crate::telemetry::ControllerErrorLabels {
+                    controller: controller.to_string(),
+                    error: kind.to_string(),
+                })
+                .inc();
+        }
     }
 }
 
@@ -642,14 +718,18 @@ async fn wake_acquired(
 /// credential refreshes) and the registry rate-limit waits, every few seconds.
 async fn export_queue_depths<A, B>(
     metrics: Arc<Metrics>,
-    registry: RegistryClient,
+    ctx: Arc<Context>,
     events: tokio::sync::mpsc::Sender<A>,
     reconciles: tokio::sync::mpsc::Sender<B>,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
-    use crate::telemetry::{CredentialLabels, QueueLabels, RateLimitLabels};
-    let mut token_fetches = 0u64;
+    use crate::telemetry::{
+        CountDeltas, CredentialLabels, QueueLabels, RateLimitLabels, RegistryLabels,
+    };
+    let mut token_outcomes = CountDeltas::default();
+    let mut requests = CountDeltas::default();
     let mut rate_limit_waits: HashMap<String, crate::registry::RateLimitWaits> = HashMap::new();
+    let registry = &ctx.registry;
     loop {
         for (host, now) in registry.rate_limit_waits() {
             let before = rate_limit_waits.entry(host.clone()).or_default();
@@ -664,16 +744,31 @@ async fn export_queue_depths<A, B>(
                 .inc_by(now.waited.saturating_sub(before.waited).as_secs_f64());
             *before = now;
         }
-        let fetched = registry.token_fetches();
-        if fetched > token_fetches {
+        // Token requests by outcome: a refused or failed one is not a refresh that worked.
+        for (outcome, count) in registry.token_outcomes() {
+            let added = token_outcomes.advance(outcome, count);
             metrics
                 .credential_refreshes
                 .get_or_create(&CredentialLabels {
                     kind: "registry-token".to_string(),
-                    outcome: "ok".to_string(),
+                    outcome: outcome.to_string(),
                 })
-                .inc_by(fetched - token_fetches);
-            token_fetches = fetched;
+                .inc_by(added);
+        }
+        // One count per HTTP request sent (retries and token requests included).
+        let sent = registry
+            .http_requests()
+            .into_iter()
+            .chain(ctx.ecr.http_requests());
+        for ((host, outcome), count) in sent {
+            let added = requests.advance((host.clone(), outcome), count);
+            metrics
+                .registry_requests
+                .get_or_create(&RegistryLabels {
+                    registry: host,
+                    outcome: outcome.to_string(),
+                })
+                .inc_by(added);
         }
         for (name, depth) in [
             ("events", events.max_capacity() - events.capacity()),
@@ -777,4 +872,39 @@ fn prune_cached(guard: &mut DeserializeGuard<ImageWatch>) {
 /// The object reference used in Events.
 pub fn object_ref(obj: &ImageWatch) -> k8s_openapi::api::core::v1::ObjectReference {
     obj.object_ref(&())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::controller::Error;
+
+    #[test]
+    fn failing_watches_are_errors_and_failed_reconciles_are_not() {
+        type E = Error<std::io::Error, std::io::Error>;
+        let object = || {
+            Box::new(
+                ObjectRef::<k8s_openapi::api::core::v1::ConfigMap>::new("a")
+                    .within("ns")
+                    .erase(),
+            )
+        };
+        let watch: E = Error::QueueError(std::io::Error::other("404 imagewatches not found"));
+        assert_eq!(stream_error_kind(&watch), Some("watch"));
+        let failed: E = Error::ReconcilerFailed(std::io::Error::other("registry"), object());
+        assert_eq!(stream_error_kind(&failed), None);
+        let gone: E = Error::ObjectNotFound(object());
+        assert_eq!(stream_error_kind(&gone), None);
+
+        let metrics = Metrics::new();
+        log_stream_error(&metrics, "imagewatch", &watch);
+        log_stream_error(&metrics, "imagewatch", &failed);
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "imagewatch_controller_stream_errors_total{controller=\"imagewatch\",error=\"watch\"} 1"
+            ),
+            "{text}"
+        );
+    }
 }

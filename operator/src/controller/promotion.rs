@@ -84,7 +84,7 @@ use crate::{
         render::{self, TextContext},
     },
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
-    telemetry::{PromotionLabels, RegistryLabels},
+    telemetry::PromotionLabels,
 };
 
 /// Promotions kept in `status.lastPromotions`.
@@ -132,6 +132,9 @@ impl PromotionOptions {
 }
 
 /// What every policy reconcile shares.
+/// The `controller` label of the PromotionPolicy controller's metrics.
+const POLICY_CONTROLLER: &str = "promotionpolicy";
+
 struct Shared {
     ctx: Arc<Context>,
     cache: Arc<RepoCache>,
@@ -208,10 +211,17 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(async move { token.cancelled().await })
-        .run(reconcile, error_policy, shared)
+        .run(
+            |policy, shared| async move {
+                let metrics = shared.ctx.metrics.clone();
+                super::timed(&metrics, POLICY_CONTROLLER, reconcile(policy, shared)).await
+            },
+            error_policy,
+            shared,
+        )
         .for_each(|result| {
             if let Err(e) = result {
-                tracing::debug!(error = %e, "promotion reconcile stream");
+                super::log_stream_error(&metrics, POLICY_CONTROLLER, &e);
             }
             futures::future::ready(())
         })
@@ -1344,7 +1354,7 @@ async fn reconcile_policy(
     let pr_branch = render::branch_name(&namespace, &name);
     let gates_spec = spec.gates.clone().unwrap_or_default();
     let app_facts = match &gates_spec.application {
-        Some(app) => Some(read_application(client, &app.namespace, &app.name).await?),
+        Some(app) => Some(read_application(client, &app.namespace, &app.name, &namespace).await?),
         None => None,
     };
 
@@ -1437,6 +1447,9 @@ async fn reconcile_policy(
         pinned: candidate.pinned,
         ..Default::default()
     };
+    if gates_spec.image_exists.unwrap_or(false) || gates_spec.signature.is_some() {
+        check_gate_registries_allowed(policy, &candidate, shared).await?;
+    }
     if gates_spec.image_exists.unwrap_or(false) {
         facts.image_exists = Some(check_images(policy, &candidate, shared).await?);
     }
@@ -1534,10 +1547,15 @@ async fn reconcile_policy(
     Ok(outcome)
 }
 
+/// The Argo CD Application a `gates.application` names, as far as the policy in
+/// `policy_namespace` may see it: one that neither lives in nor deploys to that namespace is
+/// reported like a missing one, so a tenant learns nothing of other tenants' Applications
+/// (their sync state, health or revision).
 async fn read_application(
     client: &Client,
     namespace: &str,
     name: &str,
+    policy_namespace: &str,
 ) -> Result<ApplicationFacts, PromotionError> {
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
@@ -1550,6 +1568,7 @@ async fn read_application(
         Err(kube::Error::Api(s)) if s.code == 404 => None,
         Err(e) => return Err(e.into()),
     };
+    let app = app.filter(|app| super::argocd::deploys_to(namespace, &app.data, policy_namespace));
     Ok(match app {
         Some(app) => {
             let (sync, health, revision) = application_state(&app.data);
@@ -1571,6 +1590,37 @@ async fn read_application(
             containment: Containment::Unknown(String::new()),
         },
     })
+}
+
+/// The registries the image gates read (every promoted repository, after `imageRewrite`)
+/// and, for ECR without `to.registrySecretRef`, the operator's AWS identity: allowed to the
+/// policy's namespace by the allow-list, or `NotAllowed` before anything is read.
+async fn check_gate_registries_allowed(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    shared: &Shared,
+) -> Result<(), PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let secret = policy.spec.to.registry_secret_ref.as_ref();
+    let images: Vec<&str> = candidate
+        .changes()
+        .map(|image| image.repository.as_str())
+        .collect();
+    let aws = secret.is_none()
+        && images
+            .iter()
+            .any(|image| is_ecr_host(image.split('/').next().unwrap_or_default()).is_some());
+    let ask = super::allow::Ask {
+        namespace: &namespace,
+        git: None,
+        images,
+        aws,
+    };
+    let ctx = &shared.ctx;
+    ctx.allowance
+        .check(&ctx.client, &ctx.metrics, "PromotionPolicy", ask, None)
+        .await?;
+    Ok(())
 }
 
 /// `imageExists`: a manifest HEAD for every changed reference, with the target registry's
@@ -1617,16 +1667,6 @@ async fn check_images(
                 .manifest_digest(&repo, &image.tag, &creds)
                 .await
         };
-        ctx.metrics
-            .registry_requests
-            .get_or_create(&RegistryLabels {
-                registry: repo.registry.clone(),
-                outcome: match &result {
-                    Ok(_) => "ok".to_string(),
-                    Err(e) => e.category().to_string(),
-                },
-            })
-            .inc();
         let check = match result {
             Ok(Some(digest)) => ImageCheck::Exists(Some(digest)),
             Ok(None) | Err(RegistryError::NotFound { .. }) => ImageCheck::Missing,
@@ -1677,17 +1717,9 @@ async fn check_signatures(
                 continue;
             }
         };
-        if is_ecr_host(&repo.registry).is_some() && secret.is_none() {
-            facts.push(SignatureFact {
-                reference,
-                check: SignatureCheck::Error(
-                    "ECR through the operator's AWS identity cannot be checked for signatures \
-                     yet; set spec.to.registrySecretRef"
-                        .into(),
-                ),
-            });
-            continue;
-        }
+        // ECR without a pull Secret: the operator's AWS identity, as for the image gate; its
+        // signatures are read through the registry API with that identity's registry token.
+        let use_ecr = is_ecr_host(&repo.registry).is_some() && secret.is_none();
         let creds = match (secret, creds_by_host.get(&repo.registry)) {
             (_, Some(c)) => c.clone(),
             (Some(secret), None) => {
@@ -1697,10 +1729,24 @@ async fn check_signatures(
                 creds_by_host.insert(repo.registry.clone(), c.clone());
                 c
             }
+            (None, None) if use_ecr => match ctx.ecr.registry_credentials(&repo.registry).await {
+                Ok(c) => {
+                    creds_by_host.insert(repo.registry.clone(), c.clone());
+                    c
+                }
+                Err(e) => {
+                    facts.push(SignatureFact {
+                        reference,
+                        check: SignatureCheck::Error(e.to_string()),
+                    });
+                    continue;
+                }
+            },
             (None, None) => Credentials::Anonymous,
         };
         let digest = match &image.digest {
             Some(d) => Ok(Some(d.clone())),
+            None if use_ecr => ctx.ecr.digest(&repo, &image.tag, &creds).await,
             None => {
                 ctx.registry
                     .manifest_digest(&repo, &image.tag, &creds)

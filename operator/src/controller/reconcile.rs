@@ -41,7 +41,7 @@ use crate::{
     manifests::{EditOptions, ImageChange, TargetSpec, WorkloadTarget},
     policy::{self, TagPolicy},
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
-    telemetry::{ReconcileLabels, RegistryLabels},
+    telemetry::ReconcileLabels,
 };
 
 /// Members of a pattern watch scanned at the same time.
@@ -450,21 +450,17 @@ async fn scan_repository<'w>(
         .index
         .tags(&scan_key, rules.interval, || async {
             let listed = if rules.use_ecr {
-                registry_call(ctx, &repo.registry, ctx.ecr.list(&repo, creds).await)
+                ctx.ecr.list(&repo, creds).await
             } else if scan_key.with_times {
-                registry_call(
-                    ctx,
-                    &repo.registry,
-                    ctx.registry.list_tags_with_times(&repo, creds, None).await,
-                )
-                .map(|timed| timed.tags)
+                ctx.registry
+                    .list_tags_with_times(&repo, creds, None)
+                    .await
+                    .map(|timed| timed.tags)
             } else {
-                registry_call(
-                    ctx,
-                    &repo.registry,
-                    ctx.registry.list_tags(&repo, creds).await,
-                )
-                .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
+                ctx.registry
+                    .list_tags(&repo, creds)
+                    .await
+                    .map(|tags| tags.into_iter().map(policy::TagInfo::new).collect())
             };
             // Newest orders by when each tag appeared, not by its image's time.
             if newest {
@@ -511,13 +507,9 @@ impl Prepared<'_> {
             .scan
             .digest(tag, || async {
                 if self.rules.use_ecr {
-                    registry_call(ctx, &repo.registry, ctx.ecr.digest(repo, tag, creds).await)
+                    ctx.ecr.digest(repo, tag, creds).await
                 } else {
-                    registry_call(
-                        ctx,
-                        &repo.registry,
-                        ctx.registry.manifest_digest(repo, tag, creds).await,
-                    )
+                    ctx.registry.manifest_digest(repo, tag, creds).await
                 }
             })
             .await?)
@@ -601,13 +593,14 @@ impl Prepared<'_> {
         keys: &VerifyKeys,
         digest: &str,
     ) -> Result<crate::signature::Verdict, ReconcileError> {
+        let creds = self.signature_credentials(ctx).await?;
         let result = crate::signature::fetch::check(
             &ctx.registry,
             &ctx.signatures,
             &keys.cache_key,
             &self.repo,
             digest,
-            &self.rules.creds,
+            &creds,
             &keys.keys,
         )
         .await;
@@ -616,7 +609,51 @@ impl Prepared<'_> {
             "ImageWatch",
             result.as_ref().map_or("error", |v| v.outcome()),
         );
-        Ok(registry_call(ctx, &self.repo.registry, result)?)
+        Ok(result?)
+    }
+
+    /// The credentials signatures are read with: the watch's own, or for ECR reached through
+    /// the operator's AWS identity, the registry token that identity is issued (signatures
+    /// are not in the ECR API; the same identity reads them through the registry API).
+    async fn signature_credentials(&self, ctx: &Context) -> Result<Credentials, ReconcileError> {
+        if !self.rules.use_ecr {
+            return Ok(self.rules.creds.clone());
+        }
+        let creds = ctx.ecr.registry_credentials(&self.repo.registry).await;
+        Ok(creds?)
+    }
+
+    /// The tag to write, its digest and (with `spec.verify`) the newest better tag refused
+    /// for its signature: see [`verify_mode`]. `group_tag` is what the watch's group chose.
+    async fn choose(
+        &self,
+        ctx: &Context,
+        verify: Option<&VerifyKeys>,
+        group_tag: Option<&str>,
+    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+        let pinned = self
+            .watch
+            .spec
+            .pin
+            .as_deref()
+            .is_some_and(|p| !p.is_empty());
+        let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
+        if let (VerifyMode::NewestVerified, Some(keys)) = (mode, verify) {
+            return self.verified_choice(ctx, keys).await;
+        }
+        let tag = match group_tag {
+            Some(tag) => tag.to_string(),
+            None => self.own_choice()?,
+        };
+        let digest = self.confirmed_digest(ctx, &tag).await?;
+        if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
+            let verdict = self.verdict(ctx, keys, &digest).await?;
+            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+            if let Some(first) = decision.refused.into_iter().next() {
+                return Err(ReconcileError::Signature(Box::new(first)));
+            }
+        }
+        Ok((tag, digest, None))
     }
 
     /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
@@ -703,9 +740,6 @@ async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled
     check_registry_allowed(watch, ctx).await?;
     match members::parse_pattern_image(&watch.spec.image) {
         Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
-        Ok(Some(_)) if watch.spec.verify.is_some() => Err(ReconcileError::InvalidSpec(
-            "spec.verify is not supported for pattern images yet: name one repository".into(),
-        )),
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
             .await
             .map(Reconciled::Pattern),
@@ -735,6 +769,8 @@ async fn reconcile_pattern(
     let git = resolve_git(watch, ctx).await?;
     let validated = validate_rules(watch)?;
     let rules = Arc::new(rules(watch, ctx, &pattern.registry, validated).await?);
+    // With spec.verify: every member's tag is verified in its own repository, with one key set.
+    let verify = verify_keys(watch, &rules, ctx).await?;
 
     // Members: the registry's repositories matching the pattern.
     let catalog_key = CatalogKey {
@@ -744,14 +780,13 @@ async fn reconcile_pattern(
     let catalog = ctx
         .index
         .repositories(&catalog_key, rules.interval, || async {
-            let listed = if rules.use_ecr {
+            if rules.use_ecr {
                 ctx.ecr.list_repositories(&pattern.registry, "").await
             } else {
                 ctx.registry
                     .list_repositories(&pattern.registry, &rules.creds)
                     .await
-            };
-            registry_call(ctx, &pattern.registry, listed)
+            }
         })
         .await
         .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
@@ -768,7 +803,15 @@ async fn reconcile_pattern(
     // Scan, select and confirm per member (bounded concurrency, order kept).
     let planned: Vec<(MemberResult, Option<WriteRequest>)> =
         futures::stream::iter(matched.into_iter().map(|(repository, captures)| {
-            plan_member(watch, ctx, &rules, pattern, &git, repository, captures)
+            plan_member(
+                watch,
+                ctx,
+                (&rules, verify.as_ref()),
+                pattern,
+                &git,
+                repository,
+                captures,
+            )
         }))
         .buffered(MEMBER_CONCURRENCY)
         .collect()
@@ -852,7 +895,7 @@ async fn reconcile_pattern(
         {
             ctx.metrics
                 .push_to_commit_seconds
-                .observe(since.elapsed().as_secs_f64());
+                .observe(since.as_secs_f64());
         }
         results[i].outcome = write;
     }
@@ -1003,12 +1046,13 @@ fn tag_less(image: &str) -> String {
     }
 }
 
-/// Steps 2–3 for one member: scan, select, confirm; then its write intent. Failures are
-/// the member's, not the watch's.
+/// Steps 2–3 for one member: scan, select (with `spec.verify`, the newest tag verified in
+/// this member's repository), confirm; then its write intent. Failures are the member's,
+/// not the watch's.
 async fn plan_member(
     watch: &ImageWatch,
     ctx: &Context,
-    rules: &Arc<Rules>,
+    (rules, verify): (&Arc<Rules>, Option<&VerifyKeys>),
     pattern: &PatternImage,
     git: &GitLocation,
     repository: String,
@@ -1019,6 +1063,7 @@ async fn plan_member(
         captures: captures.clone(),
         latest: None,
         pull_request: None,
+        refused: None,
         outcome: Err(ReconcileError::Internal("not reconciled".into())),
     };
     let repo = RepositoryRef {
@@ -1036,9 +1081,9 @@ async fn plan_member(
             target,
         )
         .await?;
-        let tag = me.own_choice()?;
+        let (tag, digest, refused) = me.choose(ctx, verify, None).await?;
         result.latest = Some(tag.clone());
-        let digest = me.confirmed_digest(ctx, &tag).await?;
+        result.refused = refused;
         me.write_request(ctx, me.image_for(&tag, &digest), Some(git.clone()))
             .await
     }
@@ -1091,32 +1136,10 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         None => None,
     };
     // With spec.verify: only a tag whose signature verifies is written.
-    let verify = verify_keys(watch, &me, ctx).await?;
-    let pinned = spec.pin.as_deref().is_some_and(|p| !p.is_empty());
-    let (tag, digest, refused) = match (&verify, &group) {
-        (Some(keys), None) if !pinned => me.verified_choice(ctx, keys).await?,
-        (Some(keys), _) => {
-            let tag = match &group {
-                Some(g) => g.tag.clone(),
-                None => me.own_choice()?,
-            };
-            let digest = me.confirmed_digest(ctx, &tag).await?;
-            let verdict = me.verdict(ctx, keys, &digest).await?;
-            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
-            if let Some(first) = decision.refused.into_iter().next() {
-                return Err(ReconcileError::Signature(Box::new(first)));
-            }
-            (tag, digest, None)
-        }
-        (None, _) => {
-            let tag = match &group {
-                Some(g) => g.tag.clone(),
-                None => me.own_choice()?,
-            };
-            let digest = me.confirmed_digest(ctx, &tag).await?;
-            (tag, digest, None)
-        }
-    };
+    let verify = verify_keys(watch, &me.rules, ctx).await?;
+    let (tag, digest, refused) = me
+        .choose(ctx, verify.as_ref(), group.as_ref().map(|g| g.tag.as_str()))
+        .await?;
     let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
@@ -1169,7 +1192,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     {
         ctx.metrics
             .push_to_commit_seconds
-            .observe(since.elapsed().as_secs_f64());
+            .observe(since.as_secs_f64());
     }
     Ok(Outcome {
         latest,
@@ -1312,27 +1335,45 @@ async fn pull_request_step(
 /// Candidate tags checked for a verified signature per reconcile, best first.
 const VERIFY_CANDIDATES: usize = 5;
 
-/// The keys `spec.verify` trusts and the cache key of their verdicts; None without it.
+/// How `spec.verify` takes part in choosing the tag to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerifyMode {
+    /// No verification: the rules' (or the pin's, or the group's) tag.
+    Off,
+    /// The newest candidate whose signature verifies; newer ones are refused.
+    NewestVerified,
+    /// Exactly the pinned or the group's tag, only if its signature verifies.
+    ThisTag,
+}
+
+/// The way a watch verifies (pure): a pin or a group's tag is not traded for an older
+/// verified one (that would be another tag than the one asked for, or split the group), so
+/// it is written only if it verifies; otherwise the newest verified candidate is chosen. The
+/// same holds for a pattern's members, each in its own repository (they have no group).
+fn verify_mode(verify: bool, pinned: bool, grouped: bool) -> VerifyMode {
+    match (verify, pinned || grouped) {
+        (false, _) => VerifyMode::Off,
+        (true, false) => VerifyMode::NewestVerified,
+        (true, true) => VerifyMode::ThisTag,
+    }
+}
+
+/// The keys `spec.verify` trusts and the cache key of their verdicts; None without it. The
+/// cache key carries the credentials the registry is read with (the watch's Secret, or the
+/// operator's identity for ECR), so one tenant's verified verdict is not another's.
 async fn verify_keys(
     watch: &ImageWatch,
-    me: &Prepared<'_>,
+    rules: &Rules,
     ctx: &Context,
 ) -> Result<Option<VerifyKeys>, ReconcileError> {
     let Some(verify) = &watch.spec.verify else {
         return Ok(None);
     };
-    let keys = signature_keys(ctx, &me.rules.namespace, &verify.cosign, "spec.verify").await?;
-    if me.rules.use_ecr {
-        return Err(ReconcileError::InvalidSpec(
-            "spec.verify needs the registry API: ECR read through the operator's AWS identity \
-             (provider aws, or no secretRef) is not supported yet; give a pull Secret"
-                .into(),
-        ));
-    }
+    let keys = signature_keys(ctx, &rules.namespace, &verify.cosign, "spec.verify").await?;
     let cache_key = format!(
         "{}|{:?}",
         crate::signature::keys_fingerprint(&keys),
-        me.rules.credential_key
+        rules.credential_key
     );
     Ok(Some(VerifyKeys { keys, cache_key }))
 }
@@ -1669,25 +1710,6 @@ fn join_path(base: &str, path: &str) -> String {
         (false, true) => base.to_string(),
         (false, false) => format!("{base}/{path}"),
     }
-}
-
-fn registry_call<T>(
-    ctx: &Context,
-    registry: &str,
-    result: Result<T, RegistryError>,
-) -> Result<T, RegistryError> {
-    let outcome = match &result {
-        Ok(_) => "ok",
-        Err(e) => e.category(),
-    };
-    ctx.metrics
-        .registry_requests
-        .get_or_create(&RegistryLabels {
-            registry: registry.to_string(),
-            outcome: outcome.to_string(),
-        })
-        .inc();
-    result
 }
 
 /// Step 5 (pure): the status this reconcile should leave.
@@ -2036,5 +2058,21 @@ async fn publish_events(
 async fn publish(watch: &ImageWatch, event: &Event, ctx: &Context) {
     if let Err(e) = ctx.recorder.publish(event, &super::object_ref(watch)).await {
         tracing::warn!(error = %e, "cannot publish Event");
+    }
+}
+
+#[cfg(test)]
+mod verify_tests {
+    use super::{VerifyMode, verify_mode};
+
+    #[test]
+    fn a_pin_or_a_group_tag_is_verified_as_it_is_otherwise_the_newest_verified_wins() {
+        assert_eq!(verify_mode(false, false, false), VerifyMode::Off);
+        assert_eq!(verify_mode(false, true, true), VerifyMode::Off);
+        // A watch of one repository and every member of a pattern (never grouped).
+        assert_eq!(verify_mode(true, false, false), VerifyMode::NewestVerified);
+        assert_eq!(verify_mode(true, true, false), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, false, true), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, true, true), VerifyMode::ThisTag);
     }
 }

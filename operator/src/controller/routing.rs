@@ -6,7 +6,11 @@
 //! can cause at most one rescan of a repository some watch already references — never a commit
 //! and never a request to a registry no watch names.
 
-use std::{collections::HashMap, sync::Arc, time::Instant};
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use imagewatch_crd::ImageWatch;
 use kube::{
@@ -44,7 +48,18 @@ pub fn watches_for(
         .collect()
 }
 
-/// When each repository last had an event, for the event → commit latency metric.
+/// How long an event counts for the push → commit latency: a commit later than this was not
+/// caused by it alone (a watch that was failing, a suspended watch resumed), so it is not
+/// observed, and its entry is dropped.
+pub const EVENT_FRESHNESS: Duration = Duration::from_secs(600);
+
+/// At most this many repositories are remembered with a pending event (a burst of events for
+/// repositories that never lead to a commit cannot grow it further).
+pub const MAX_PENDING_EVENTS: usize = 10_000;
+
+/// When each repository last had an event, for the event → commit latency metric. Bounded:
+/// entries older than [`EVENT_FRESHNESS`] are dropped, and at most [`MAX_PENDING_EVENTS`]
+/// are kept.
 #[derive(Default)]
 pub struct PendingEvents {
     since: std::sync::Mutex<HashMap<(String, String), Instant>>,
@@ -53,17 +68,56 @@ pub struct PendingEvents {
 impl PendingEvents {
     /// Remembers the first unhandled event for a repository.
     pub fn mark(&self, registry: &str, repository: &str) {
-        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        since
-            .entry((registry.to_string(), repository.to_string()))
-            .or_insert_with(Instant::now);
+        self.mark_at(registry, repository, Instant::now());
     }
 
-    /// Takes the time of the repository's pending event, if any.
-    pub fn take(&self, registry: &str, repository: &str) -> Option<Instant> {
+    /// [`Self::mark`] at `now`.
+    pub fn mark_at(&self, registry: &str, repository: &str, now: Instant) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
-        since.remove(&(registry.to_string(), repository.to_string()))
+        if since.len() >= MAX_PENDING_EVENTS {
+            since.retain(|_, at| fresh(*at, now).is_some());
+        }
+        let key = (registry.to_string(), repository.to_string());
+        let full = since.len() >= MAX_PENDING_EVENTS;
+        match since.get_mut(&key) {
+            Some(at) if fresh(*at, now).is_some() => {}
+            Some(at) => *at = now,
+            None if !full => {
+                since.insert(key, now);
+            }
+            None => {}
+        }
     }
+
+    /// The time from the repository's pending event to now, when there is one and it is
+    /// fresh; the entry is removed either way.
+    pub fn take(&self, registry: &str, repository: &str) -> Option<Duration> {
+        self.take_at(registry, repository, Instant::now())
+    }
+
+    /// [`Self::take`] at `now`.
+    pub fn take_at(&self, registry: &str, repository: &str, now: Instant) -> Option<Duration> {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        since
+            .remove(&(registry.to_string(), repository.to_string()))
+            .and_then(|at| fresh(at, now))
+    }
+
+    /// Repositories remembered.
+    pub fn len(&self) -> usize {
+        self.since.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The age of an event seen `at`, when it is still fresh at `now` (pure).
+pub fn fresh(at: Instant, now: Instant) -> Option<Duration> {
+    let age = now.saturating_duration_since(at);
+    (age <= EVENT_FRESHNESS).then_some(age)
 }
 
 /// Routes events until the channel closes.
@@ -123,6 +177,43 @@ pub async fn route(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_fresh_events_are_observed_and_pending_events_are_bounded() {
+        let p = PendingEvents::default();
+        let t0 = Instant::now();
+        p.mark_at("r", "a", t0);
+        // A second event does not restart the clock of a fresh one.
+        p.mark_at("r", "a", t0 + Duration::from_secs(5));
+        assert_eq!(
+            p.take_at("r", "a", t0 + Duration::from_secs(7)),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(p.take_at("r", "a", t0 + Duration::from_secs(8)), None);
+        // Days later, a commit is not the event's doing: nothing observed, entry gone.
+        p.mark_at("r", "b", t0);
+        assert_eq!(p.take_at("r", "b", t0 + EVENT_FRESHNESS * 2), None);
+        assert!(p.is_empty());
+        // A stale entry is replaced by a new event's time.
+        p.mark_at("r", "c", t0);
+        let later = t0 + EVENT_FRESHNESS * 3;
+        p.mark_at("r", "c", later);
+        assert_eq!(
+            p.take_at("r", "c", later + Duration::from_secs(1)),
+            Some(Duration::from_secs(1))
+        );
+        // Bounded: stale entries are dropped to make room, fresh ones are never exceeded.
+        for i in 0..MAX_PENDING_EVENTS {
+            p.mark_at("r", &format!("old-{i}"), t0);
+        }
+        assert_eq!(p.len(), MAX_PENDING_EVENTS);
+        p.mark_at("r", "new", t0 + EVENT_FRESHNESS * 2);
+        assert_eq!(p.len(), 1);
+        for i in 0..MAX_PENDING_EVENTS + 5 {
+            p.mark_at("r", &format!("burst-{i}"), later);
+        }
+        assert!(p.len() <= MAX_PENDING_EVENTS);
+    }
 
     fn watch(name: &str, image: &str) -> Arc<DeserializeGuard<ImageWatch>> {
         let obj: ImageWatch = serde_json::from_value(serde_json::json!({

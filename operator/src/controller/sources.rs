@@ -44,15 +44,17 @@ pub fn start(
             match crate::triggers::sqs::SqsConsumer::new(&sdk_config, options) {
                 Ok(consumer) => {
                     let counters = consumer.counters();
+                    let stopped = CancellationToken::new();
                     let exporter = tokio::spawn(export_sqs_counters(
                         counters.clone(),
                         metrics.clone(),
-                        token.clone(),
+                        stopped.clone(),
                     ));
                     consumer.run(sink, token).await;
-                    exporter.abort();
-                    // The figures of the receive that finished during shutdown.
-                    export_sqs_once(&counters, &metrics);
+                    // The exporter adds the figures of the receive that finished during
+                    // shutdown, then ends.
+                    stopped.cancel();
+                    let _ = exporter.await;
                 }
                 Err(e) => tracing::error!(error = %e, "SQS consumer not started"),
             }
@@ -102,29 +104,39 @@ const WEBHOOK_LISTENER: &str = "webhook-listener";
 /// How often the SQS consumer's counters are copied into the metrics.
 const SQS_EXPORT: Duration = Duration::from_secs(5);
 
-/// Copies the SQS consumer's counters into `imagewatch_sqs_messages` until shutdown.
+/// Adds the SQS consumer's new counts to `imagewatch_sqs_messages_total` until `shutdown`,
+/// and once more then.
 async fn export_sqs_counters(
     counters: Arc<crate::triggers::sqs::SqsCounters>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
+    let mut deltas = crate::telemetry::CountDeltas::default();
     loop {
-        export_sqs_once(&counters, &metrics);
+        export_sqs_once(&counters, &metrics, &mut deltas);
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => {
+                export_sqs_once(&counters, &metrics, &mut deltas);
+                return;
+            }
             _ = tokio::time::sleep(SQS_EXPORT) => {}
         }
     }
 }
 
-fn export_sqs_once(counters: &crate::triggers::sqs::SqsCounters, metrics: &Metrics) {
+fn export_sqs_once(
+    counters: &crate::triggers::sqs::SqsCounters,
+    metrics: &Metrics,
+    deltas: &mut crate::telemetry::CountDeltas<String>,
+) {
     for (result, value) in counters.snapshot() {
+        let added = deltas.advance(result.to_string(), value);
         metrics
             .sqs_messages
             .get_or_create(&crate::telemetry::SqsLabels {
                 result: result.to_string(),
             })
-            .set(i64::try_from(value).unwrap_or(i64::MAX));
+            .inc_by(added);
     }
 }
 
@@ -139,6 +151,7 @@ async fn reload_secrets(
 ) {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let mut last_error = String::new();
+    let mut deltas = crate::telemetry::CountDeltas::default();
     loop {
         match api.get_opt(&name).await {
             Ok(Some(secret)) => {
@@ -169,7 +182,7 @@ async fn reload_secrets(
                 }
             }
         }
-        export_counters(&state, &metrics);
+        export_counters(&state, &metrics, &mut deltas);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(SECRET_RELOAD) => {}
@@ -177,16 +190,22 @@ async fn reload_secrets(
     }
 }
 
-fn export_counters(state: &WebhookState, metrics: &Metrics) {
+fn export_counters(
+    state: &WebhookState,
+    metrics: &Metrics,
+    deltas: &mut crate::telemetry::CountDeltas<WebhookLabels>,
+) {
     for (provider, snapshot) in state.counters().snapshot() {
-        let set = |result: &str, value: u64| {
+        let mut set = |result: &str, value: u64| {
+            let labels = WebhookLabels {
+                provider: Provider::name(provider).to_string(),
+                result: result.to_string(),
+            };
+            let added = deltas.advance(labels.clone(), value);
             metrics
                 .webhook_requests
-                .get_or_create(&WebhookLabels {
-                    provider: Provider::name(provider).to_string(),
-                    result: result.to_string(),
-                })
-                .set(i64::try_from(value).unwrap_or(i64::MAX));
+                .get_or_create(&labels)
+                .inc_by(added);
         };
         set("accepted", snapshot.accepted);
         set("ignored", snapshot.ignored);

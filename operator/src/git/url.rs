@@ -178,13 +178,14 @@ impl RemoteUrl {
     }
 }
 
-/// Whether a tenant's object may name `url` as its Git repository: only network remotes
-/// (`https://`, `http://`, `ssh://`, scp-like `user@host:path`). `file://` and local paths
-/// would read the operator's own disk (other tenants' clones among it); `ext::` and other
-/// transports would run commands. The CRD refuses these at apply; this also covers URLs
-/// from elsewhere (an Argo CD Application's `repoURL`, objects stored before that rule).
+/// Whether a tenant's object may name `url` as its Git repository: only encrypted network
+/// remotes (`https://`, `ssh://`, scp-like `user@host:path`). Plain `http://` would send the
+/// repository's credentials and content in the clear; `file://` and local paths would read
+/// the operator's own disk (other tenants' clones among it); `ext::` and other transports
+/// would run commands. The CRD refuses these at apply; this also covers URLs from elsewhere
+/// (an Argo CD Application's `repoURL`, objects stored before that rule).
 pub fn check_tenant_url(url: &str) -> std::result::Result<(), String> {
-    const REFUSED: &str = "is refused: use https://host/…, http://host/…, ssh://[user@]host/… or user@host:path (file://, local paths and other transports are not allowed)";
+    const REFUSED: &str = "is refused: use https://host/…, ssh://[user@]host/… or user@host:path (file://, local paths and other transports are not allowed)";
     let remote = RemoteUrl::parse(url).map_err(|_| format!("Git URL {} {REFUSED}", redact(url)))?;
     let host_ok = !remote.host.is_empty()
         && !remote.host.starts_with('-')
@@ -202,6 +203,11 @@ pub fn check_tenant_url(url: &str) -> std::result::Result<(), String> {
     }
     match remote.transport {
         Transport::File => Err(format!("Git URL {} {REFUSED}", redact(url))),
+        Transport::Http => Err(format!(
+            "Git URL {} is refused: plain http:// sends the repository's credentials and \
+             content in the clear; use https:// (or ssh://, user@host:path)",
+            redact(url)
+        )),
         _ if !host_ok => Err(format!("Git URL {} {REFUSED}", redact(url))),
         // scp-like needs a user: `host:path` is ambiguous with local paths on some clients.
         Transport::Ssh if !url.contains("://") && remote.user.is_none() => {
@@ -364,7 +370,7 @@ mod tests {
     fn tenants_may_name_network_remotes_only() {
         for good in [
             "https://github.com/org/repo.git",
-            "http://127.0.0.1:8080/repo.git",
+            "https://127.0.0.1:8443/repo.git",
             "ssh://git@github.com/org/repo.git",
             "git@github.com:org/repo.git",
         ] {
@@ -385,6 +391,17 @@ mod tests {
             assert!(
                 err.contains("refused") || err.contains("not"),
                 "{bad}: {err}"
+            );
+        }
+        for plain in [
+            "http://127.0.0.1:8080/repo.git",
+            "HTTP://git.example.com/org/repo.git",
+            "http://git@git.example.com/org/repo.git",
+        ] {
+            let err = check_tenant_url(plain).unwrap_err();
+            assert!(
+                err.contains("plain http:// sends") && err.contains("use https://"),
+                "{plain}: {err}"
             );
         }
     }

@@ -275,7 +275,10 @@ pub fn evaluate(facts: &GateFacts, now: jiff::Timestamp) -> GateReport {
             status(
                 gate::APPLICATION,
                 false,
-                format!("Application {} not found", app.name),
+                format!(
+                    "Application {} does not exist or does not deploy to this namespace",
+                    app.name
+                ),
             )
         } else {
             let sync = app.sync.as_deref().unwrap_or("Unknown");

@@ -184,6 +184,10 @@ pub(super) struct Inner {
     wide_tokens: WideTokens,
     /// Token requests sent (not counting retries of one request).
     token_fetches: AtomicU64,
+    /// Token requests by outcome (`ok` or an error category).
+    token_outcomes: Mutex<HashMap<&'static str, u64>>,
+    /// HTTP requests sent, by registry and outcome (see [`http_outcome`]).
+    requests: Mutex<HashMap<(String, &'static str), u64>>,
     /// Per registry: requests that waited for its rate limit, and the total wait.
     rate_limit_waits: Mutex<HashMap<String, RateLimitWaits>>,
     pub(super) metadata: MetadataCache,
@@ -320,6 +324,8 @@ impl RegistryClient {
                 tokens: TokenCache::default(),
                 wide_tokens: WideTokens::new(DEFAULT_TOKEN_URL_BUDGET, MAX_REMEMBERED_SCOPES),
                 token_fetches: AtomicU64::new(0),
+                token_outcomes: Mutex::new(HashMap::new()),
+                requests: Mutex::new(HashMap::new()),
                 rate_limit_waits: Mutex::new(HashMap::new()),
                 metadata: MetadataCache::default(),
                 metadata_fetches: AtomicU64::new(0),
@@ -348,6 +354,37 @@ impl RegistryClient {
     /// Number of bearer-token requests made so far by this client and its clones.
     pub fn token_fetches(&self) -> u64 {
         self.inner.token_fetches.load(Ordering::Relaxed)
+    }
+
+    /// Token requests so far by outcome: `ok`, or the error category of a failed one
+    /// (cumulative, for the metrics exporter).
+    pub fn token_outcomes(&self) -> Vec<(&'static str, u64)> {
+        let outcomes = self
+            .inner
+            .token_outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        outcomes.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// HTTP requests sent so far (each retry and token request is one), by registry host
+    /// and outcome (cumulative, for the metrics exporter).
+    pub fn http_requests(&self) -> Vec<((String, &'static str), u64)> {
+        let requests = self
+            .inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        requests.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    fn count_request(&self, registry: &str, outcome: &'static str) {
+        let mut requests = self
+            .inner
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *requests.entry((registry.to_string(), outcome)).or_default() += 1;
     }
 
     /// Per registry host, the requests so far that waited for its rate limit and how long
@@ -773,6 +810,10 @@ impl RegistryClient {
                 });
             }
             let outcome = request().send().await;
+            self.count_request(
+                registry,
+                http_outcome(outcome.as_ref().map(|r| r.status().as_u16()).ok()),
+            );
             let failure = match outcome {
                 Ok(response) if response.status() == StatusCode::TOO_MANY_REQUESTS => {
                     let retry_after = response
@@ -1078,8 +1119,34 @@ impl RegistryClient {
         Ok(SentAuth::Bearer(token))
     }
 
-    /// Asks the token server named by a Bearer challenge for a token covering `scopes`.
+    /// Asks the token server named by a Bearer challenge for a token covering `scopes`,
+    /// counting the outcome.
     async fn fetch_token(
+        &self,
+        repo: &RepositoryRef,
+        scopes: Vec<String>,
+        creds: &Credentials,
+        realm: &str,
+        service: Option<&str>,
+    ) -> Result<FetchedToken, RegistryError> {
+        let result = self
+            .request_token(repo, scopes, creds, realm, service)
+            .await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.category(),
+        };
+        let mut outcomes = self
+            .inner
+            .token_outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *outcomes.entry(outcome).or_default() += 1;
+        result
+    }
+
+    /// One token request (see [`Self::fetch_token`]).
+    async fn request_token(
         &self,
         repo: &RepositoryRef,
         scopes: Vec<String>,
@@ -1501,10 +1568,42 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The `outcome` label of one HTTP request to a registry, from its status (None: the
+/// request failed before a response).
+pub fn http_outcome(status: Option<u16>) -> &'static str {
+    match status {
+        None => "transport",
+        Some(200..=399) => "ok",
+        Some(401 | 403) => "unauthorized",
+        Some(404) => "not_found",
+        Some(429) => "rate_limited",
+        Some(500..=599) => "server",
+        Some(_) => "client",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
+
+    #[test]
+    fn http_outcomes_by_status() {
+        let cases = [
+            (None, "transport"),
+            (Some(200), "ok"),
+            (Some(307), "ok"),
+            (Some(401), "unauthorized"),
+            (Some(403), "unauthorized"),
+            (Some(404), "not_found"),
+            (Some(429), "rate_limited"),
+            (Some(400), "client"),
+            (Some(503), "server"),
+        ];
+        for (status, outcome) in cases {
+            assert_eq!(http_outcome(status), outcome, "{status:?}");
+        }
+    }
 
     fn headers(links: &[&str]) -> HeaderMap {
         let mut map = HeaderMap::new();

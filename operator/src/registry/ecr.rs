@@ -24,6 +24,14 @@
 //! the SDK's standard `AWS_ENDPOINT_URL_ECR` / `AWS_ENDPOINT_URL` environment variables,
 //! which [`load_aws_config`] honours.
 //!
+//! # Registry API credentials
+//!
+//! Signatures (cosign's `sha256-<digest>.sig` tags and bundle referrers) are not in
+//! `DescribeImages`: they are read through the registry API of the same host, with the
+//! Basic credentials `GetAuthorizationToken` issues to the same AWS identity
+//! ([`EcrTagSource::registry_credentials`]; what `docker login` to ECR does). Tokens are kept
+//! until shortly before they expire.
+//!
 //! # Pattern watches
 //!
 //! One rule for many applications (`team/*/api` → `services/$1/overlays/stg`):
@@ -183,6 +191,43 @@ pub struct EcrTagSource {
     options: EcrOptions,
     /// One client per (region, FIPS) pair; they share `sdk_config`'s credential cache.
     clients: Mutex<HashMap<(String, bool), Client>>,
+    /// HTTP attempts sent to the ECR API, by endpoint host and outcome.
+    requests: RequestCounts,
+    /// Registry API credentials by registry host, with the time to fetch new ones.
+    tokens: Mutex<HashMap<String, (Credentials, std::time::Instant)>>,
+}
+
+/// HTTP requests by (host, outcome), shared with the clients' interceptors.
+type RequestCounts = std::sync::Arc<Mutex<HashMap<(String, &'static str), u64>>>;
+
+/// Counts every HTTP attempt of an ECR client (the SDK's own retries included), by the
+/// endpoint host it went to and the outcome of its response.
+#[derive(Debug)]
+struct CountAttempts {
+    host: String,
+    counts: RequestCounts,
+}
+
+impl aws_sdk_ecr::config::Intercept for CountAttempts {
+    fn name(&self) -> &'static str {
+        "imagewatch-count-attempts"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &aws_sdk_ecr::config::interceptors::FinalizerInterceptorContextRef<'_>,
+        _components: &aws_sdk_ecr::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_ecr::config::ConfigBag,
+    ) -> Result<(), aws_sdk_ecr::error::BoxError> {
+        let status = context.response().map(|r| r.status().as_u16());
+        let outcome = super::distribution::http_outcome(status);
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts.entry((self.host.clone(), outcome)).or_default() += 1;
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for EcrTagSource {
@@ -231,7 +276,19 @@ impl EcrTagSource {
             aws,
             options,
             clients: Mutex::new(HashMap::new()),
+            requests: RequestCounts::default(),
+            tokens: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// HTTP requests sent to the ECR API so far, by endpoint host (`api.ecr.REGION.amazonaws.com`
+    /// or the endpoint override) and outcome (cumulative, for the metrics exporter).
+    pub fn http_requests(&self) -> Vec<((String, &'static str), u64)> {
+        let counts = self
+            .requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// [`EcrTagSource::lazy`] with the default credential chain, loaded on first use.
@@ -266,6 +323,22 @@ impl EcrTagSource {
                 if registry.fips {
                     builder = builder.use_fips(true);
                 }
+                let host = match &self.options.endpoint_url {
+                    Some(url) => url
+                        .split("://")
+                        .nth(1)
+                        .unwrap_or(url)
+                        .split('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string(),
+                    None if registry.fips => format!("ecr-fips.{}.amazonaws.com", registry.region),
+                    None => format!("api.ecr.{}.amazonaws.com", registry.region),
+                };
+                builder = builder.interceptor(CountAttempts {
+                    host,
+                    counts: self.requests.clone(),
+                });
                 if let Some(url) = &self.options.endpoint_url {
                     builder = builder.endpoint_url(url);
                 }
@@ -358,6 +431,56 @@ impl EcrTagSource {
             .map(str::to_string))
     }
 
+    /// Basic credentials for the registry API of `registry_host` (`AWS` and the token
+    /// `GetAuthorizationToken` returns for the registry's account), for what the ECR API does
+    /// not serve: signature artifacts. Cached until [`TOKEN_RENEW_BEFORE`] before they expire.
+    pub async fn registry_credentials(
+        &self,
+        registry_host: &str,
+    ) -> Result<Credentials, RegistryError> {
+        let registry = EcrRegistry::parse(registry_host)?;
+        let now = std::time::Instant::now();
+        {
+            let tokens = self
+                .tokens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((creds, renew_at)) = tokens.get(&registry.host)
+                && now < *renew_at
+            {
+                return Ok(creds.clone());
+            }
+        }
+        #[allow(deprecated)] // registryIds is deprecated but still selects the account's token
+        let output = self
+            .client(&registry)
+            .await
+            .get_authorization_token()
+            .registry_ids(&registry.account)
+            .send()
+            .await
+            .map_err(|e| map_sdk_error(e, &registry, None))?;
+        let data = output.authorization_data().first().ok_or_else(|| {
+            RegistryError::Protocol(format!(
+                "{}: GetAuthorizationToken returned no authorization data",
+                registry.host
+            ))
+        })?;
+        let (creds, lifetime) = decode_authorization(
+            data.authorization_token().unwrap_or_default(),
+            data.expires_at().map(|t| t.secs()),
+            jiff::Timestamp::now().as_second(),
+        )
+        .map_err(|why| RegistryError::Protocol(format!("{}: {why}", registry.host)))?;
+        if let Some(lifetime) = lifetime {
+            self.tokens
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(registry.host.clone(), (creds.clone(), now + lifetime));
+        }
+        Ok(creds)
+    }
+
     /// Names of the repositories in `registry_host` that start with `prefix` (all of them
     /// when `prefix` is empty), sorted. For pattern watches: list with
     /// [`pattern_prefix`], then keep the names [`match_pattern`] accepts.
@@ -426,6 +549,37 @@ impl TagSource for EcrTagSource {
     ) -> BoxFuture<'a, Result<Option<String>, RegistryError>> {
         Box::pin(self.image_digest(repo, reference))
     }
+}
+
+/// How long before its expiry a registry token is replaced.
+pub const TOKEN_RENEW_BEFORE: Duration = Duration::from_secs(15 * 60);
+
+/// The credentials in an ECR authorization token (base64 of `user:password`) and how long to
+/// keep them: until [`TOKEN_RENEW_BEFORE`] before `expires_at` (seconds since the epoch),
+/// `None` when that is already past or unknown (pure).
+fn decode_authorization(
+    token: &str,
+    expires_at: Option<i64>,
+    now: i64,
+) -> Result<(Credentials, Option<Duration>), String> {
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .map_err(|_| "GetAuthorizationToken returned a token that is not base64".to_string())?;
+    let text = String::from_utf8(decoded)
+        .map_err(|_| "GetAuthorizationToken returned a token that is not text".to_string())?;
+    let (user, password) = text
+        .split_once(':')
+        .filter(|(user, password)| !user.is_empty() && !password.is_empty())
+        .ok_or_else(|| {
+            "GetAuthorizationToken returned a token without user:password".to_string()
+        })?;
+    let lifetime = expires_at
+        .and_then(|at| u64::try_from(at - now).ok())
+        .map(Duration::from_secs)
+        .and_then(|left| left.checked_sub(TOKEN_RENEW_BEFORE))
+        .filter(|keep| !keep.is_zero());
+    Ok((Credentials::basic(user, password), lifetime))
 }
 
 fn invalid_reference(reference: &str) -> RegistryError {

@@ -668,3 +668,143 @@ fn maps_service_errors() {
     );
     assert_eq!(map(429, "", "").category(), "rate_limited");
 }
+
+#[test]
+fn authorization_tokens_decode_and_expire() {
+    use base64::Engine as _;
+    let token = base64::engine::general_purpose::STANDARD.encode("AWS:secret-token");
+    let now = 1_700_000_000;
+    let (creds, keep) = decode_authorization(&token, Some(now + 12 * 3600), now).unwrap();
+    assert_eq!(creds, Credentials::basic("AWS", "secret-token"));
+    assert_eq!(
+        keep,
+        Some(Duration::from_secs(12 * 3600) - TOKEN_RENEW_BEFORE)
+    );
+    // Expired, about to expire or without an expiry: used once, not kept.
+    for expires in [Some(now - 1), Some(now + 60), None] {
+        let (_, keep) = decode_authorization(&token, expires, now).unwrap();
+        assert_eq!(keep, None, "{expires:?}");
+    }
+    for bad in ["not base64!", "QVdT", ""] {
+        assert!(decode_authorization(bad, None, now).is_err(), "{bad:?}");
+    }
+}
+
+/// The signature of an ECR image is read through the registry API with the token
+/// `GetAuthorizationToken` (moto) issues to the operator's AWS identity: a registry that
+/// accepts only that token serves the image's classic signature, which then verifies. moto
+/// has no registry API and cannot store signature artifacts (its GetDownloadUrlForLayer is
+/// not implemented), so the registry here is the in-process test server.
+#[tokio::test]
+async fn signatures_are_read_with_the_registry_token_of_the_aws_identity() {
+    use super::super::test_server::{TestResponse, TestServer};
+    use base64::Engine as _;
+    use p256::ecdsa::{Signature, SigningKey, signature::Signer as _};
+    use p256::pkcs8::{EncodePublicKey as _, LineEnding};
+    use sha2::Digest as _;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // What the identity's token is, asked of moto directly.
+    #[allow(deprecated)]
+    let issued = ecr_client()
+        .get_authorization_token()
+        .registry_ids(MOTO_ACCOUNT)
+        .send()
+        .await
+        .expect("GetAuthorizationToken");
+    let token = issued.authorization_data()[0]
+        .authorization_token()
+        .expect("a token")
+        .to_string();
+    let expected = format!("Basic {token}");
+
+    let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(b"ecr image")));
+    let hex_digest = digest.trim_start_matches("sha256:").to_string();
+    let payload = format!(
+        r#"{{"critical":{{"identity":{{"docker-reference":"ecr/app"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+    )
+    .into_bytes();
+    let key = SigningKey::from_slice(&[9u8; 32]).expect("a scalar");
+    let signature: Signature = key.sign(&payload);
+    let signature = base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes());
+    let payload_digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(&payload)));
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": payload_digest, "size": payload.len()},
+        "layers": [{
+            "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+            "digest": payload_digest,
+            "size": payload.len(),
+            "annotations": {"dev.cosignproject.cosign/signature": signature}
+        }]
+    })
+    .to_string();
+    let server = TestServer::start(move |req| {
+        let (expected, manifest, payload) = (expected.clone(), manifest.clone(), payload.clone());
+        let sig_tag = format!("/v2/app/manifests/sha256-{hex_digest}.sig");
+        let blob = format!("/v2/app/blobs/{payload_digest}");
+        Box::pin(async move {
+            if req.header("authorization") != Some(expected.as_str()) {
+                return TestResponse::new(401)
+                    .header("WWW-Authenticate", r#"Basic realm="ecr""#)
+                    .json(r#"{"errors":[{"code":"DENIED","message":"Not Authorized"}]}"#);
+            }
+            match req.path() {
+                "/v2/" => TestResponse::new(200).json("{}"),
+                p if p == sig_tag => TestResponse::new(200)
+                    .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                    .json(&manifest),
+                p if p == blob => {
+                    let mut r = TestResponse::new(200);
+                    r.body = payload;
+                    r
+                }
+                _ => TestResponse::new(404).json(r#"{"errors":[{"code":"MANIFEST_UNKNOWN"}]}"#),
+            }
+        })
+    })
+    .await;
+    let client = super::super::RegistryClient::new(super::super::distribution::RegistryOptions {
+        insecure_hosts: vec![server.host()],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .unwrap();
+    let repo = RepositoryRef::parse(&format!("{}/app", server.host())).unwrap();
+    let keys = crate::signature::parse_keys(
+        &p256::ecdsa::VerifyingKey::from(&key)
+            .to_public_key_pem(LineEnding::LF)
+            .unwrap(),
+    )
+    .unwrap();
+    let cache = crate::signature::fetch::VerdictCache::default();
+
+    let creds = source().registry_credentials(&moto_host()).await.unwrap();
+    assert!(matches!(&creds, Credentials::Basic { username, .. } if username == "AWS"));
+    let verdict =
+        crate::signature::fetch::check(&client, &cache, "aws", &repo, &digest, &creds, &keys)
+            .await
+            .unwrap();
+    assert!(
+        matches!(verdict, crate::signature::Verdict::Verified { .. }),
+        "{verdict:?}"
+    );
+    // Without the token the registry refuses: the verdict came from the token.
+    let anonymous = crate::signature::fetch::check(
+        &client,
+        &crate::signature::fetch::VerdictCache::default(),
+        "anonymous",
+        &repo,
+        &digest,
+        &Credentials::Anonymous,
+        &keys,
+    )
+    .await;
+    assert!(
+        matches!(anonymous, Err(RegistryError::Unauthorized { .. })),
+        "{anonymous:?}"
+    );
+    // Not an ECR host: no token is asked for.
+    assert!(source().registry_credentials(&server.host()).await.is_err());
+}

@@ -138,6 +138,9 @@ async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() 
     concurrent_listings(&client, &repo, 200).await;
     assert_eq!(server.count("/token"), 1);
     assert_eq!(client.token_fetches(), 1);
+    assert_eq!(client.token_outcomes(), vec![("ok", 1)]);
+    let sent: u64 = client.http_requests().iter().map(|(_, n)| n).sum();
+    assert_eq!(sent as usize, server.requests().len());
     // Every listing was challenged once at most, then sent with the one token.
     assert!(server.count("/v2/team/app/tags/list") <= 400);
 }
@@ -528,6 +531,13 @@ async fn server_errors_are_retried_within_bounds() {
         vec!["v1"]
     );
     assert_eq!(server.requests().len(), 3);
+    // Each HTTP request is counted once, by its outcome, as the server saw them.
+    let mut counted = client.http_requests();
+    counted.sort();
+    assert_eq!(
+        counted,
+        vec![((server.host(), "ok"), 1), ((server.host(), "server"), 2)]
+    );
 
     // Three 502s: the registry's message comes back after exactly three requests.
     let server = TestServer::start(failing_then_ok(3, 502)).await;
@@ -943,4 +953,36 @@ async fn a_wide_token_too_large_for_the_registry_is_split() {
 
     list_all(&client, &repos).await;
     assert_eq!(server.count("/token"), fetches);
+}
+
+#[tokio::test]
+async fn a_refused_token_request_is_counted_as_refused_not_as_a_refresh() {
+    let server = TestServer::start(|req: TestRequest| -> BoxFuture<'static, TestResponse> {
+        Box::pin(async move {
+            let host = req.header("host").unwrap_or("").to_string();
+            if req.path() == "/token" {
+                return TestResponse::new(401)
+                    .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}"#);
+            }
+            let challenge = format!(
+                r#"Bearer realm="http://{host}/token",service="test",scope="repository:team/app:pull""#
+            );
+            TestResponse::new(401)
+                .header("WWW-Authenticate", &challenge)
+                .json(r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#)
+        })
+    })
+    .await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(10));
+    let err = client
+        .list_tags(
+            &repo(&server, "team/app"),
+            &Credentials::basic("u", "wrong"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "unauthorized", "{err}");
+    assert_eq!(client.token_outcomes(), vec![("unauthorized", 1)]);
+    let sent: u64 = client.http_requests().iter().map(|(_, n)| n).sum();
+    assert_eq!(sent as usize, server.requests().len());
 }

@@ -20,10 +20,11 @@
 //! force-pushed to the push branch, but only while that branch holds nothing but our own
 //! commit (rule in `git/branch.rs`).
 //!
-//! Test hook: `IMAGEWATCH_TEST_CRASH_POINT` (`--test-crash-point`, hidden) set to
-//! `after-fetch`, `after-commit`, `before-push`, `mid-push` or `after-push` aborts the
+//! Test hook, only in builds with the `test-hooks` feature (the e2e crate enables it; the
+//! release binary has no such code): `IMAGEWATCH_TEST_CRASH_POINT` (`--test-crash-point`)
+//! set to `after-fetch`, `after-commit`, `before-push`, `mid-push` or `after-push` aborts the
 //! process at that point of a write, so tests can prove that a restart completes the work
-//! without a duplicate commit. Never set it in production.
+//! without a duplicate commit.
 
 mod batch;
 mod message;
@@ -125,6 +126,7 @@ pub struct WriterOptions {
     /// Signs commits when set.
     pub signer: Option<CommitSigner>,
     /// Test hook: abort the process at this point of a write.
+    #[cfg(feature = "test-hooks")]
     pub crash_point: Option<WritePoint>,
     /// Test hook: called at each point of a write.
     pub hook: Option<WriteHook>,
@@ -141,7 +143,6 @@ impl std::fmt::Debug for WriterOptions {
             .field("idle_timeout", &self.idle_timeout)
             .field("reuse_fetch", &self.reuse_fetch)
             .field("signer", &self.signer)
-            .field("crash_point", &self.crash_point)
             .field("hook", &self.hook.as_ref().map(|_| "<fn>"))
             .finish_non_exhaustive()
     }
@@ -161,6 +162,7 @@ impl WriterOptions {
             reuse_fetch: Duration::ZERO,
             commit_template: CommitTemplate::default(),
             signer: None,
+            #[cfg(feature = "test-hooks")]
             crash_point: None,
             hook: None,
         }
@@ -176,6 +178,7 @@ impl WriterOptions {
             }
             None => None,
         };
+        #[cfg(feature = "test-hooks")]
         if let Some(point) = args.test_crash_point {
             tracing::warn!(
                 point = point.name(),
@@ -189,6 +192,7 @@ impl WriterOptions {
             reuse_fetch: args.git_read_reuse,
             commit_template: args.commit_template.clone(),
             signer,
+            #[cfg(feature = "test-hooks")]
             crash_point: args.test_crash_point,
             ..Self::new(Author {
                 name: args.git_author_name.clone(),
@@ -484,9 +488,11 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>) {
     let outcome = tokio::task::spawn_blocking(move || {
         let _span = span.enter();
         let options = &task_shared.options;
+        #[cfg(feature = "test-hooks")]
         let crash_point = options.crash_point;
         let hook = options.hook.clone();
         let hook = move |point: WritePoint| {
+            #[cfg(feature = "test-hooks")]
             if crash_point == Some(point) {
                 tracing::error!(
                     point = point.name(),
