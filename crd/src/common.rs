@@ -50,6 +50,61 @@ pub struct GitSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub push_branch: Option<String>,
+    /// ImageWatch only (a PromotionPolicy has `spec.pullRequest`): open one pull request from
+    /// the push branch into `branch` and keep it current. A newer tag updates the same pull
+    /// request; it is closed when `branch` already holds the tag. `pushBranch` defaults to
+    /// `imagewatch/{namespace}-{name}` here, and for the members of a `spec.group` to the
+    /// shared `imagewatch/{namespace}-group-{group}`: one commit and one pull request per
+    /// group. `status.applied` keeps saying what `branch` holds, so a proposal counts as
+    /// applied (for a PromotionPolicy too) once it is merged. Pattern images: see
+    /// `perMember`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<GitPullRequest>,
+}
+
+/// The pull request of an ImageWatch's push branch.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitPullRequest {
+    /// `github`, `gitlab` or `gitea`.
+    pub provider: crate::promotion::ForgeProvider,
+    /// API base URL for self-hosted forges, e.g. `https://gitea.example.com/api/v1`;
+    /// omitted: the provider's API on the Git URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    pub api_url: Option<String>,
+    /// Secret (in this namespace) with `token` for the forge API (or GitHub App keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+    /// The repository on the forge: `owner/name` (GitHub, Gitea) or the project path
+    /// (GitLab). Omitted: taken from the Git URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub repository: Option<String>,
+    /// Title template. Placeholders: `{{image}}` (repository), `{{tag}}`, `{{watch}}`
+    /// (`namespace/name`), `{{branch}}`, `{{file}}`, `{{group}}`. Defaults to
+    /// `Update {{image}} to {{tag}}` (a group's: `Update group {{group}} to {{tag}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub title: Option<String>,
+    /// Body template, with the title's placeholders and `{{before}}` (the image `branch`
+    /// holds). Defaults to a short description of the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub body: Option<String>,
+    /// Labels added to the pull request (templates too, e.g. `image/{{tag}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20))]
+    pub labels: Option<Vec<String>>,
+    /// Merge with the forge's own auto-merge once its required checks pass (GitHub auto-merge,
+    /// GitLab merge when pipeline succeeds, Gitea merge when checks succeed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_merge: Option<bool>,
+    /// Pattern images: one pull request per matching repository, each on its own push branch
+    /// `<pushBranch>-<repository with / as ->` (true, the default), or one for all of them on
+    /// `pushBranch` (false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_member: Option<bool>,
 }
 
 impl GitSource {

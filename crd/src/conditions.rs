@@ -7,7 +7,8 @@
 pub const READY: &str = "Ready";
 /// PromotionPolicy: whether every gate passes.
 pub const GATES_PASSING: &str = "GatesPassing";
-/// PromotionPolicy: whether a pull request is open.
+/// PromotionPolicy, and an ImageWatch with `spec.git.pullRequest`: whether a pull request is
+/// open.
 pub const PULL_REQUEST_OPEN: &str = "PullRequestOpen";
 
 /// Reasons used on `Ready`.
@@ -28,6 +29,9 @@ pub mod reason {
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
     /// Cloning, fetching, committing or pushing failed.
     pub const GIT_ERROR: &str = "GitError";
+    /// `spec.git.pullRequest`: the forge's pull request API failed or refused (rate limit,
+    /// authentication, validation); the message carries the forge's answer.
+    pub const FORGE_ERROR: &str = "ForgeError";
     /// The operator's clone cache has no space (or quota) left: nothing was committed; the
     /// message names the directory. Retried until space is freed.
     pub const CACHE_FULL: &str = "CacheFull";

@@ -56,6 +56,13 @@ use crate::common::{GitSource, RefusedTag, SecretRef, Verify};
         priority = "1"
     ),
     printcolumn(
+        name = "PR",
+        type_ = "string",
+        json_path = ".status.pullRequest.url",
+        description = "Pull request of the push branch (spec.git.pullRequest)",
+        priority = "1"
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
@@ -357,11 +364,31 @@ pub struct ImageWatchStatus {
     /// (newer than the tag chosen, or the only candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<RefusedTag>,
+    /// With `spec.git.pullRequest`: the pull request from the push branch, as last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<WatchPullRequest>,
     /// `Ready` summarises the watch; its reason says what happened. For a pattern image it is
     /// `True` only when every member is up to date, else `MembersNotReady` names the first
     /// members that are not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The pull request of a watch's push branch.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchPullRequest {
+    /// Number (GitLab: IID).
+    pub number: i64,
+    /// Web URL.
+    pub url: String,
+    /// `open`, `closed` or `merged`.
+    pub state: String,
+    /// Head (push) branch.
+    pub branch: String,
+    /// The tag it proposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 /// One repository matching a pattern image, and what Git holds for its target.
@@ -393,6 +420,9 @@ pub struct MemberStatus {
     /// Details, e.g. what was written or why nothing could be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// With `spec.git.pullRequest` (`perMember`): this repository's pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<WatchPullRequest>,
 }
 
 /// The best tag found in the registry.

@@ -13,11 +13,13 @@ pub mod conditions;
 pub mod imagewatch;
 pub mod promotion;
 
-pub use common::{CosignVerify, GitSource, KeylessVerify, RefusedTag, SecretRef, Verify};
+pub use common::{
+    CosignVerify, GitPullRequest, GitSource, KeylessVerify, RefusedTag, SecretRef, Verify,
+};
 pub use imagewatch::{
     AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatch, ImageWatchSpec,
     ImageWatchStatus, KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider,
-    TagOrder, TagPick, TagRules, Target, WorkloadTarget,
+    TagOrder, TagPick, TagRules, Target, WatchPullRequest, WorkloadTarget,
 };
 pub use promotion::{PromotionPolicy, PromotionPolicySpec, PromotionPolicyStatus};
 

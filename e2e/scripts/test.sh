@@ -19,6 +19,7 @@ t0=$SECONDS
 "$SCRIPTS_DIR/helm.sh" build
 "$SCRIPTS_DIR/promtool.sh" build
 "$SCRIPTS_DIR/cosign.sh" build
+"$SCRIPTS_DIR/gitea.sh" build
 cd "$REPO"
 if ((!e2e_only)); then
   log "cargo fmt --check and clippy"

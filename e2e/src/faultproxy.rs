@@ -121,6 +121,8 @@ struct Rule {
     fault: Fault,
     /// Only requests whose request line contains this; others pass.
     matching: Option<String>,
+    /// How many more requests get the fault (`None`: every one); later ones pass.
+    remaining: Option<u32>,
 }
 
 impl Rule {
@@ -132,8 +134,20 @@ impl Rule {
     fn fault_for(&self, request_line: &str) -> Fault {
         match &self.matching {
             Some(needle) if !request_line.contains(needle.as_str()) => Fault::Pass,
+            _ if self.remaining == Some(0) => Fault::Pass,
             _ => self.fault.clone(),
         }
+    }
+
+    /// The fault for a request line, counting it against [`Rule::remaining`].
+    fn take(&mut self, request_line: &str) -> Fault {
+        let fault = self.fault_for(request_line);
+        if fault != Fault::Pass
+            && let Some(n) = self.remaining.as_mut()
+        {
+            *n = n.saturating_sub(1);
+        }
+        fault
     }
 }
 
@@ -221,6 +235,7 @@ impl FaultProxy {
             rule: Mutex::new(Rule {
                 fault: Fault::Pass,
                 matching: None,
+                remaining: None,
             }),
             seen: Mutex::default(),
             generation,
@@ -266,6 +281,7 @@ impl FaultProxy {
         self.switch(Rule {
             fault,
             matching: None,
+            remaining: None,
         })
     }
 
@@ -275,6 +291,17 @@ impl FaultProxy {
         self.switch(Rule {
             fault,
             matching: Some(needle.to_string()),
+            remaining: None,
+        })
+    }
+
+    /// Like [`FaultProxy::set_matching`], for the next `times` matching requests only; the
+    /// ones after them pass.
+    pub fn set_matching_times(&self, fault: Fault, needle: &str, times: u32) -> anyhow::Result<()> {
+        self.switch(Rule {
+            fault,
+            matching: Some(needle.to_string()),
+            remaining: Some(times),
         })
     }
 
@@ -435,7 +462,11 @@ where
             return Ok(());
         };
         let request = Head::parse(&head)?;
-        let fault = shared.rule().fault_for(&request.line);
+        let fault = shared
+            .rule
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(&request.line);
         match fault {
             Fault::Pass => {
                 shared.record(&request.method, &request.target, Verdict::Passed);
@@ -461,6 +492,14 @@ where
                 body,
             } => {
                 shared.record(&request.method, &request.target, Verdict::Answered(status));
+                // Read the request's body first: closing a socket with unread data resets the
+                // connection, and the client would see the reset instead of the answer.
+                let mut sink = tokio::io::sink();
+                match request.body {
+                    Body::None => {}
+                    Body::Length(n) => reader.copy_exact(n, &mut sink).await?,
+                    Body::Chunked => reader.copy_chunked(&mut sink).await?,
+                }
                 let response = render(status, retry_after, &body, request.method == "HEAD");
                 let mut w = client_write.lock().await;
                 w.write_all(response.as_bytes()).await?;
@@ -620,7 +659,11 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 
     /// Forwards exactly `n` bytes.
-    async fn copy_exact(&mut self, mut n: u64, out: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    async fn copy_exact<W: tokio::io::AsyncWrite + Unpin>(
+        &mut self,
+        mut n: u64,
+        out: &mut W,
+    ) -> std::io::Result<()> {
         while n > 0 {
             if self.buf.is_empty() && self.fill().await? == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -634,7 +677,10 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     }
 
     /// Forwards a chunked body, through the last chunk and the trailers.
-    async fn copy_chunked(&mut self, out: &mut OwnedWriteHalf) -> std::io::Result<()> {
+    async fn copy_chunked<W: tokio::io::AsyncWrite + Unpin>(
+        &mut self,
+        out: &mut W,
+    ) -> std::io::Result<()> {
         loop {
             let line = self
                 .read_until(b"\r\n", 4096)
@@ -703,6 +749,7 @@ mod tests {
         let rule = Rule {
             fault: Fault::Drop,
             matching: Some("git-receive-pack".into()),
+            remaining: None,
         };
         assert_eq!(
             rule.fault_for("POST /r.git/git-receive-pack HTTP/1.1"),
@@ -715,11 +762,21 @@ mod tests {
         let all = Rule {
             fault: Fault::unavailable("down"),
             matching: None,
+            remaining: None,
         };
         assert!(matches!(
             all.fault_for("GET / HTTP/1.1"),
             Fault::Status { status: 503, .. }
         ));
+        let mut twice = Rule {
+            fault: Fault::Drop,
+            matching: Some("/merge".into()),
+            remaining: Some(2),
+        };
+        assert_eq!(twice.take("GET /pulls HTTP/1.1"), Fault::Pass);
+        assert_eq!(twice.take("POST /pulls/1/merge HTTP/1.1"), Fault::Drop);
+        assert_eq!(twice.take("POST /pulls/1/merge HTTP/1.1"), Fault::Drop);
+        assert_eq!(twice.take("POST /pulls/1/merge HTTP/1.1"), Fault::Pass);
     }
 
     #[test]

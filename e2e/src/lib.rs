@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod disk;
 pub mod faultproxy;
+pub mod gitea;
 pub mod ground;
 pub mod node;
 pub mod notifying;

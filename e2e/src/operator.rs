@@ -173,6 +173,13 @@ impl Operator {
         self.spawn()
     }
 
+    /// Like [`Operator::restart`], without the environment variable `key` (a test hook).
+    pub fn restart_without(&mut self, key: &str) -> anyhow::Result<()> {
+        self.kill();
+        self.env.retain(|(k, _)| k != key);
+        self.spawn()
+    }
+
     /// SIGTERM, then waits up to `timeout` for the process to exit; true when it exited
     /// (successfully).
     pub fn terminate(&mut self, timeout: std::time::Duration) -> anyhow::Result<bool> {

@@ -468,8 +468,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
             if writes_something {
                 // The one Secret write: the namespaced Role creating the peer token (HA).
                 let peer_token = role["kind"] == "Role" && resources == ["secrets"];
-                let finalizer = role["kind"] == "ClusterRole"
-                    && resources == ["promotionpolicies"]
+                // The finalizers held while a pull request is open.
+                let finalizer = resources == ["imagewatches", "promotionpolicies"]
                     && rule["verbs"] == serde_json::json!(["patch"]);
                 assert!(
                     peer_token

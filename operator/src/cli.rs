@@ -551,6 +551,7 @@ pub fn import(args: &ImportArgs) -> ExitCode {
             branch: args.git_branch.clone(),
             secret_ref: None,
             push_branch: None,
+            pull_request: None,
         }),
     };
     let mut imported = import::translate(&inputs, &options);

@@ -236,6 +236,14 @@ pub struct PromotionLabels {
     pub outcome: String,
 }
 
+/// Labels of an ImageWatch pull request step (`spec.git.pullRequest`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchPullRequestLabels {
+    /// `opened`, `updated`, `unchanged`, `closed`, `not_needed`, `closed_on_delete` or
+    /// `failed`.
+    pub action: String,
+}
+
 /// Labels of a forge (pull request API) request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ForgeLabels {
@@ -355,6 +363,8 @@ pub struct Metrics {
     pub promotions: Family<PromotionLabels, Counter>,
     /// Forge API requests by provider and outcome.
     pub forge_requests: Family<ForgeLabels, Counter>,
+    /// ImageWatch pull request steps by action.
+    pub watch_pull_requests: Family<WatchPullRequestLabels, Counter>,
     /// Credential refreshes (tokens obtained from their issuer) by kind and outcome.
     pub credential_refreshes: Family<CredentialLabels, Counter>,
     /// Shards this replica holds (HA sharding).
@@ -488,6 +498,12 @@ impl Metrics {
             "Forge (pull request API) requests by provider and outcome",
             forge_requests.clone(),
         );
+        let watch_pull_requests = Family::<WatchPullRequestLabels, Counter>::default();
+        registry.register(
+            "watch_pull_requests",
+            "ImageWatch pull request steps (spec.git.pullRequest) by action",
+            watch_pull_requests.clone(),
+        );
         let credential_refreshes = Family::<CredentialLabels, Counter>::default();
         registry.register(
             "credential_refreshes",
@@ -602,6 +618,7 @@ impl Metrics {
             registry_rate_limit_wait_seconds,
             promotions,
             forge_requests,
+            watch_pull_requests,
             credential_refreshes,
             shards_held,
             shard_owned,

@@ -37,6 +37,9 @@ pub enum ReconcileError {
     /// `spec.verify`: no candidate tag's signature verifies; the newest one and why.
     #[error("{}", .0.message())]
     Signature(Box<crate::signature::Refused>),
+    /// The forge's pull request API failed or refused (`spec.git.pullRequest`).
+    #[error("{0}")]
+    Forge(#[from] crate::forge::ForgeError),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] crate::git::GitError),
@@ -64,6 +67,7 @@ impl ReconcileError {
             Self::Signature(refused) => refused.reason(),
             Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
+            Self::Forge(_) => reason::FORGE_ERROR,
             Self::Kube(_) | Self::Internal(_) => "InternalError",
         }
     }
@@ -83,6 +87,7 @@ impl ReconcileError {
             Self::Signature(_) => "signature",
             Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
             Self::Git(_) => "git",
+            Self::Forge(_) => "forge",
             Self::Kube(_) => "kube",
             Self::Internal(_) => "internal",
         }
@@ -95,6 +100,7 @@ impl ReconcileError {
         matches!(
             self,
             Self::InvalidSpec(_)
+                | Self::Forge(crate::forge::ForgeError::InvalidConfig(_))
                 | Self::TargetNotFound(_)
                 | Self::CatalogUnavailable(_)
                 | Self::NotAllowed(_)

@@ -227,6 +227,8 @@ pub struct MemberResult {
     pub refused: Option<crate::signature::Refused>,
     /// The writer's answer, or why the member could not get that far.
     pub outcome: Result<WriteResult, ReconcileError>,
+    /// With `spec.git.pullRequest` per member: what was done with its pull request.
+    pub pull_request: Option<super::watch_pr::Delivered>,
 }
 
 /// What one reconcile of a pattern watch found and did.
@@ -240,6 +242,8 @@ pub struct PatternOutcome {
     pub members: Vec<MemberResult>,
     /// Whether `spec.suspend` made every write a dry run.
     pub suspended: bool,
+    /// With `spec.git.pullRequest` and `perMember: false`: the one pull request for all.
+    pub pull_request: Option<super::watch_pr::Delivered>,
 }
 
 impl PatternOutcome {
@@ -336,6 +340,12 @@ fn member_status(
         ready: false,
         reason: String::new(),
         message: None,
+        pull_request: match &member.pull_request {
+            Some(d) => {
+                super::watch_pr::status_of(d, previous.and_then(|p| p.pull_request.as_ref()))
+            }
+            None => previous.and_then(|p| p.pull_request.clone()),
+        },
     };
     let write = match &member.outcome {
         Ok(write) => write,
@@ -564,6 +574,10 @@ pub fn pattern_status(
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
         refused: None,
+        pull_request: match &outcome.pull_request {
+            Some(d) => super::watch_pr::status_of(d, previous.pull_request.as_ref()),
+            None => previous.pull_request.clone(),
+        },
         conditions: status::merge_condition(&previous.conditions, condition),
     }
 }
@@ -744,6 +758,7 @@ mod tests {
             latest: Some("v2".into()),
             refused: None,
             outcome,
+            pull_request: None,
         }
     }
 
@@ -823,6 +838,7 @@ mod tests {
             listed: 10,
             members,
             suspended: false,
+            pull_request: None,
         }
     }
 
@@ -999,6 +1015,7 @@ mod tests {
             ready: true,
             reason: "UpToDate".into(),
             message: None,
+            pull_request: None,
         }];
         let o = outcome(vec![member(
             "svc/a/api",

@@ -23,6 +23,7 @@ pub mod sources;
 pub mod status;
 pub mod ttl_cache;
 pub mod watch_metrics;
+pub mod watch_pr;
 pub mod writer;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};

@@ -564,20 +564,29 @@ pub fn finalizer_change(present: bool, wanted: bool, succeeded: bool) -> Option<
 /// to do (pure). Each patch tests what it changes, so a concurrent change of the finalizers
 /// makes it fail (and the reconcile retry) instead of dropping someone else's finalizer.
 pub fn finalizer_patch(meta: &ObjectMeta, change: FinalizerChange) -> Option<serde_json::Value> {
+    finalizer_patch_of(meta, FINALIZER, change)
+}
+
+/// [`finalizer_patch`] for any finalizer name (pure).
+pub fn finalizer_patch_of(
+    meta: &ObjectMeta,
+    finalizer: &str,
+    change: FinalizerChange,
+) -> Option<serde_json::Value> {
     let current = meta.finalizers.clone().unwrap_or_default();
-    let at = current.iter().position(|f| f == FINALIZER);
+    let at = current.iter().position(|f| f == finalizer);
     match (change, at) {
         (FinalizerChange::Add, Some(_)) | (FinalizerChange::Remove, None) => None,
         (FinalizerChange::Add, None) if current.is_empty() => Some(json!([
             {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
         ])),
         (FinalizerChange::Add, None) => Some(json!([
             {"op": "test", "path": "/metadata/finalizers", "value": current},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer},
         ])),
         (FinalizerChange::Remove, Some(i)) => Some(json!([
-            {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": FINALIZER},
+            {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": finalizer},
             {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
         ])),
     }
@@ -592,16 +601,33 @@ async fn patch_finalizer(
     meta: &ObjectMeta,
     change: FinalizerChange,
 ) -> Result<(), kube::Error> {
-    let resource = ApiResource::erase::<PromotionPolicy>(&());
+    patch_finalizer_of(
+        client,
+        &ApiResource::erase::<PromotionPolicy>(&()),
+        meta,
+        FINALIZER,
+        change,
+    )
+    .await
+}
+
+/// [`patch_finalizer`] for any namespaced resource and finalizer name.
+pub async fn patch_finalizer_of(
+    client: &Client,
+    resource: &ApiResource,
+    meta: &ObjectMeta,
+    finalizer: &str,
+    change: FinalizerChange,
+) -> Result<(), kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         meta.namespace.as_deref().unwrap_or_default(),
-        &resource,
+        resource,
     );
     let name = meta.name.clone().unwrap_or_default();
     let mut meta = meta.clone();
     for attempt in 0..2 {
-        let Some(ops) = finalizer_patch(&meta, change) else {
+        let Some(ops) = finalizer_patch_of(&meta, finalizer, change) else {
             return Ok(());
         };
         let patch: Patch<()> =
@@ -720,6 +746,7 @@ async fn close_recorded(
         labels: Vec::new(),
         auto_merge: false,
         node_id: None,
+        state: Default::default(),
     };
     match forge.close(&pr).await {
         Ok(()) => Ok(false),
@@ -850,6 +877,17 @@ async fn finalize(
 
 /// Step 1 (pure): checks what the API server's schema cannot.
 pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String> {
+    if spec
+        .to
+        .git
+        .as_ref()
+        .is_some_and(|g| g.pull_request.is_some())
+    {
+        return Err(
+            "spec.to.git.pullRequest is for ImageWatches; a PromotionPolicy sets spec.pullRequest"
+                .into(),
+        );
+    }
     if parse_duration(spec.interval_or_default()).is_none() {
         return Err(format!(
             "spec.interval {:?} is not a duration",
@@ -2352,6 +2390,7 @@ mod tests {
             labels: vec![],
             auto_merge: false,
             node_id: None,
+            state: Default::default(),
         }
     }
 

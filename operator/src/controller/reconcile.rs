@@ -34,7 +34,7 @@ use super::{
     Context, ReconcileError,
     index::{CatalogKey, CredentialKey, Scan, ScanKey},
     members::{self, MemberResult, PatternImage, PatternOutcome},
-    parse_duration, secrets, status,
+    parse_duration, secrets, status, watch_pr,
     writer::{WriteRequest, WriteResult},
 };
 use crate::{
@@ -57,6 +57,8 @@ pub struct Outcome {
     waiting: Option<String>,
     /// With `spec.verify`: the newest better tag refused for its signature.
     refused: Option<Box<crate::signature::Refused>>,
+    /// With `spec.git.pullRequest`: what was done with the pull request.
+    pull_request: Option<watch_pr::Delivered>,
 }
 
 /// What a successful reconcile found and did.
@@ -110,8 +112,108 @@ pub async fn reconcile(
             None => return Ok(Action::requeue(interval)),
         },
     };
+    if watch.metadata.deletion_timestamp.is_some() {
+        return finalize(watch, &ctx).await;
+    }
     ctx.with_work_slot(reconcile_holding_slot(watch, key, interval, &ctx))
         .await
+}
+
+/// A deleted watch with [`watch_pr::FINALIZER`]: close its recorded open pull request, then
+/// let it go. A forge that fails is retried with backoff for up to ten minutes after the
+/// deletion; then the pull request is left open (said in an Event).
+async fn finalize(watch: &ImageWatch, ctx: &Context) -> Result<Action, ReconcileError> {
+    if !watch_pr::has_finalizer(watch) {
+        return Ok(Action::await_change());
+    }
+    let recorded: Vec<imagewatch_crd::WatchPullRequest> =
+        watch_pr::open_records(watch.status.as_ref())
+            .into_iter()
+            .cloned()
+            .collect();
+    if recorded.is_empty() {
+        watch_pr::remove_finalizer(&ctx.client, watch).await?;
+        return Ok(Action::await_change());
+    }
+    let pr = recorded
+        .iter()
+        .map(|r| format!("#{} {}", r.number, r.url))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut result = Ok(false);
+    for record in &recorded {
+        match watch_pr::close_on_delete(watch, record, ctx).await {
+            Ok(closed) => {
+                if let Ok(any) = &mut result {
+                    *any |= closed;
+                }
+            }
+            Err(e) => result = Err(e),
+        }
+    }
+    let since = watch
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+        .unwrap_or(Duration::ZERO);
+    let give_up = since >= Duration::from_secs(600);
+    let (type_, reason, note, label) = match &result {
+        Ok(true) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("closed {pr}: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Ok(false) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("{pr} was already closed, merged or gone: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Err(e) if give_up => (
+            EventType::Warning,
+            "PullRequestLeftOpen",
+            format!("gave up closing {pr} of the deleted ImageWatch; it is left open: {e}"),
+            "failed",
+        ),
+        Err(e) => (
+            EventType::Warning,
+            "PullRequestCloseFailed",
+            format!("cannot close {pr} of the deleted ImageWatch, retrying: {e}"),
+            "failed",
+        ),
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: label.to_string(),
+        })
+        .inc();
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&event, &super::object_ref(watch))
+        .await
+    {
+        tracing::debug!(error = %e, "cannot publish Event");
+    }
+    match result {
+        Err(e) if !give_up => {
+            tracing::warn!(watch = %watch.name_any(), error = %e, "closing the pull request of a deleted watch failed");
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        _ => {
+            watch_pr::remove_finalizer(&ctx.client, watch).await?;
+            Ok(Action::await_change())
+        }
+    }
 }
 
 /// Steps 1–5 of [`reconcile`], run while holding a work slot (given back while waiting for
@@ -138,6 +240,13 @@ async fn reconcile_holding_slot(
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(watch, &result, &now);
     publish_events(watch, &result, &new_status, ctx).await;
+    // The finalizer goes once no open pull request is recorded (after a successful step).
+    if result.is_ok()
+        && watch_pr::has_finalizer(watch)
+        && watch_pr::open_records(Some(&new_status)).is_empty()
+    {
+        watch_pr::remove_finalizer(&ctx.client, watch).await?;
+    }
     patch_status_if_changed(watch, new_status, ctx).await?;
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
@@ -737,13 +846,50 @@ async fn reconcile_pattern(
 
     // Write every intent at once: the batching writer makes one commit per repository and
     // branch.
-    let (indices, requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let (indices, mut requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let per_member = pr_settings
+        .as_ref()
+        .is_some_and(|p| p.per_member.unwrap_or(true));
+    if pr_settings.is_some() {
+        for (k, request) in requests.iter_mut().enumerate() {
+            let Some(branch) = request
+                .push_branch
+                .clone()
+                .filter(|b| !b.is_empty() && *b != request.branch)
+            else {
+                return Err(ReconcileError::InvalidSpec(
+                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
+                        .into(),
+                ));
+            };
+            if per_member {
+                request.push_branch = Some(watch_pr::member_push_branch(
+                    &branch,
+                    &results[indices[k]].repository,
+                ));
+            }
+        }
+    }
+    let on_base: Vec<WriteRequest> = requests
+        .iter()
+        .map(|r| WriteRequest {
+            push_branch: None,
+            dry_run: true,
+            ..r.clone()
+        })
+        .collect();
+    let heads: Vec<Option<String>> = requests.iter().map(|r| r.push_branch.clone()).collect();
     let writes = ctx
         .without_work_slot(futures::future::join_all(
             requests.into_iter().map(|r| ctx.writer.apply(r)),
         ))
         .await;
-    for (i, write) in indices.into_iter().zip(writes) {
+    for (&i, write) in indices.iter().zip(writes) {
         if write.as_ref().is_ok_and(|w| w.commit.is_some())
             && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
         {
@@ -753,12 +899,151 @@ async fn reconcile_pattern(
         }
         results[i].outcome = write;
     }
+    let mut pull_request = None;
+    if let Some(settings) = pr_settings {
+        pull_request = pattern_pull_requests(
+            watch,
+            &settings,
+            &git.url,
+            per_member,
+            &mut results,
+            &indices,
+            on_base,
+            &heads,
+            ctx,
+        )
+        .await?;
+    }
     Ok(PatternOutcome {
         image: spec.image.clone(),
         listed: catalog.repositories.len(),
         members: results,
         suspended: spec.is_suspended(),
+        pull_request,
     })
+}
+
+/// `spec.git.pullRequest` of a pattern watch, after its members' push branches were written:
+/// one pull request per member (`perMember`, default) or one for all. Each member's result
+/// becomes what `branch` holds (a dry run there), as for a watch of one repository.
+#[allow(clippy::too_many_arguments)]
+async fn pattern_pull_requests(
+    watch: &ImageWatch,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge_url: &str,
+    per_member: bool,
+    results: &mut [MemberResult],
+    indices: &[usize],
+    on_base: Vec<WriteRequest>,
+    heads: &[Option<String>],
+    ctx: &Context,
+) -> Result<Option<watch_pr::Delivered>, ReconcileError> {
+    let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
+    let bases = ctx
+        .without_work_slot(futures::future::join_all(
+            on_base.into_iter().map(|r| ctx.writer.apply(r)),
+        ))
+        .await;
+    let watch_name = format!(
+        "{}/{}",
+        watch.namespace().unwrap_or_default(),
+        watch.name_any()
+    );
+    // (member index, push branch, write on the push branch, what `branch` holds).
+    let mut written = Vec::new();
+    for ((k, &i), base) in indices.iter().enumerate().zip(bases) {
+        let Ok(write) = &results[i].outcome else {
+            continue;
+        };
+        match base {
+            Ok(base) => {
+                written.push((i, heads[k].clone().unwrap_or_default(), write.clone(), base))
+            }
+            Err(e) => results[i].outcome = Err(e),
+        }
+    }
+    let vars_of = |write: &WriteResult, base: &WriteResult| watch_pr::TextVars {
+        image: tag_less(&base.desired),
+        tag: tag_of(&base.desired),
+        watch: watch_name.clone(),
+        branch: base_branch(watch),
+        file: write.file.clone(),
+        before: base.current_before.clone(),
+        group: String::new(),
+    };
+    if per_member {
+        let steps = written.iter().map(|(_, head, write, base)| {
+            let step = PrStep {
+                head,
+                wanted: base.changed_needed,
+                vars: vars_of(write, base),
+                pushed: write.commit.is_some(),
+            };
+            pull_request_step(watch, settings, &forge, step, ctx)
+        });
+        let delivered = futures::future::join_all(steps).await;
+        for ((i, _, _, base), d) in written.into_iter().zip(delivered) {
+            match d {
+                Ok(d) => {
+                    results[i].outcome = Ok(base);
+                    results[i].pull_request = Some(d);
+                }
+                Err(e) => results[i].outcome = Err(e),
+            }
+        }
+        return Ok(None);
+    }
+    let Some((_, head, first_write, first_base)) = written.first() else {
+        return Ok(None);
+    };
+    let members: Vec<(String, String)> = written
+        .iter()
+        .map(|(_, _, w, b)| (b.desired.clone(), w.file.clone()))
+        .collect();
+    let mut tags: Vec<String> = written
+        .iter()
+        .map(|(_, _, _, b)| tag_of(&b.desired))
+        .collect();
+    tags.sort();
+    tags.dedup();
+    let mut vars = watch_pr::group_vars(
+        watch_pr::TextVars {
+            group: watch.name_any(),
+            ..vars_of(first_write, first_base)
+        },
+        &members,
+    );
+    vars.tag = tags.join(", ");
+    let step = PrStep {
+        head,
+        wanted: written.iter().any(|(_, _, _, b)| b.changed_needed),
+        vars,
+        pushed: written.iter().any(|(_, _, w, _)| w.commit.is_some()),
+    };
+    let delivered = pull_request_step(watch, settings, &forge, step, ctx).await?;
+    for (i, _, _, base) in written {
+        results[i].outcome = Ok(base);
+    }
+    Ok(Some(delivered))
+}
+
+/// The branch of `spec.git` (`main` when unset).
+fn base_branch(watch: &ImageWatch) -> String {
+    watch
+        .spec
+        .git
+        .as_ref()
+        .map_or("main", |g| g.branch())
+        .to_string()
+}
+
+/// An image reference without its tag and digest.
+fn tag_less(image: &str) -> String {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => image[..i].to_string(),
+        _ => image.to_string(),
+    }
 }
 
 /// Steps 2–3 for one member: scan, select (with `spec.verify`, the newest tag verified in
@@ -777,6 +1062,7 @@ async fn plan_member(
         repository: repository.clone(),
         captures: captures.clone(),
         latest: None,
+        pull_request: None,
         refused: None,
         outcome: Err(ReconcileError::Internal("not reconciled".into())),
     };
@@ -857,9 +1143,28 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let latest = me.latest(ctx, &tag, &digest);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let forge_url = git.url.clone();
     let mine = me
         .write_request(ctx, me.image_for(&tag, &digest), Some(git))
         .await?;
+    if let Some(settings) = pr_settings {
+        let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
+        let (write, delivered) =
+            write_and_propose(watch, &me, mine, others, &settings, &forge_url, &tag, ctx).await?;
+        return Ok(Outcome {
+            latest,
+            write: Some(write),
+            suspended: false,
+            waiting: group.and_then(|g| g.waiting),
+            refused: refused.map(Box::new),
+            pull_request: Some(delivered),
+        });
+    }
     let write = match &group {
         Some(g) if !g.others.is_empty() => {
             let mut requests = vec![mine];
@@ -895,7 +1200,136 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         suspended: spec.is_suspended(),
         waiting: group.and_then(|g| g.waiting),
         refused: refused.map(Box::new),
+        pull_request: None,
     })
+}
+
+/// `spec.git.pullRequest` (see `watch_pr.rs`): when `branch` already holds the image, the
+/// open pull request is closed and nothing is pushed; otherwise the edit goes to the push
+/// branch and one pull request for it is opened or updated. [`watch_pr::FINALIZER`] is added
+/// before a pull request can exist.
+#[allow(clippy::too_many_arguments)]
+async fn write_and_propose(
+    watch: &ImageWatch,
+    me: &Prepared<'_>,
+    mine: WriteRequest,
+    others: Vec<WriteRequest>,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge_url: &str,
+    tag: &str,
+    ctx: &Context,
+) -> Result<(WriteResult, watch_pr::Delivered), ReconcileError> {
+    let head = mine
+        .push_branch
+        .clone()
+        .filter(|b| !b.is_empty() && *b != mine.branch)
+        .ok_or_else(|| {
+            ReconcileError::InvalidSpec(
+                "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
+                    .into(),
+            )
+        })?;
+    let base = mine.branch.clone();
+    let on_base = WriteRequest {
+        push_branch: None,
+        dry_run: true,
+        ..mine.clone()
+    };
+    // The push branch first (nothing is pushed when `branch` already holds the edit), then
+    // `branch` as that write fetched it: whether a pull request is still wanted is decided
+    // on the newest head, so one merged meanwhile is not answered by opening another.
+    // A group's members go together (one batch, one commit on the group's push branch).
+    let mut requests = vec![mine];
+    requests.extend(others);
+    let mut results = ctx
+        .without_work_slot(futures::future::join_all(
+            requests.into_iter().map(|r| ctx.writer.apply(r)),
+        ))
+        .await
+        .into_iter();
+    let write = results
+        .next()
+        .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+    let mut members = vec![(write.desired.clone(), write.file.clone())];
+    for other in results {
+        match other {
+            Ok(w) => members.push((w.desired, w.file)),
+            Err(e) => {
+                tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed")
+            }
+        }
+    }
+    let on_base = ctx.without_work_slot(ctx.writer.apply(on_base)).await?;
+    let forge = watch_pr::client(watch, settings, forge_url, ctx).await?;
+    let mut vars = watch_pr::TextVars {
+        group: watch.spec.group.clone().unwrap_or_default(),
+        image: me.image.clone(),
+        tag: tag.to_string(),
+        watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
+        branch: base.clone(),
+        file: write.file.clone(),
+        before: on_base.current_before.clone(),
+    };
+    if members.len() > 1 {
+        // Every member proposes the same text for the group's one pull request.
+        vars = watch_pr::group_vars(vars, &members);
+    }
+    let step = PrStep {
+        head: &head,
+        wanted: on_base.changed_needed,
+        vars,
+        pushed: write.commit.is_some(),
+    };
+    // `status.applied` says what `branch` holds: a proposal is not applied until it is
+    // merged (a PromotionPolicy reading this watch waits for that).
+    pull_request_step(watch, settings, &forge, step, ctx)
+        .await
+        .map(|d| (on_base, d))
+}
+
+/// One pull request step, after its push branch was written.
+struct PrStep<'a> {
+    /// Head (push) branch.
+    head: &'a str,
+    /// Whether `branch` lacks the edit (a pull request is wanted).
+    wanted: bool,
+    /// The templates' values (`branch` is the base).
+    vars: watch_pr::TextVars,
+    /// Whether the push branch was just pushed.
+    pushed: bool,
+}
+
+/// Closes the open pull request of `step.head` when `branch` holds the edit, else opens or
+/// updates it (adding [`watch_pr::FINALIZER`] first); counted and logged.
+async fn pull_request_step(
+    watch: &ImageWatch,
+    settings: &imagewatch_crd::GitPullRequest,
+    forge: &crate::forge::ForgeClient,
+    step: PrStep<'_>,
+    ctx: &Context,
+) -> Result<watch_pr::Delivered, ReconcileError> {
+    let result = if !step.wanted {
+        watch_pr::close_open(forge, step.head, &step.vars.branch, &step.vars.tag).await
+    } else {
+        if !watch_pr::has_finalizer(watch) {
+            watch_pr::add_finalizer(&ctx.client, watch).await?;
+        }
+        let new = watch_pr::proposal(settings, step.head, &step.vars);
+        watch_pr::propose(forge, &new, &step.vars.tag, step.pushed).await
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: match &result {
+                Ok(d) => d.action.label().to_string(),
+                Err(_) => "failed".to_string(),
+            },
+        })
+        .inc();
+    for warning in result.iter().flat_map(|d| &d.warnings) {
+        tracing::warn!(watch = %watch.name_any(), %warning, "pull request");
+    }
+    result
 }
 
 /// Candidate tags checked for a verified signature per reconcile, best first.
@@ -1232,7 +1666,16 @@ async fn resolve_git(watch: &ImageWatch, ctx: &Context) -> Result<GitLocation, R
             branch: git.branch().to_string(),
             auth,
             base_path: String::new(),
-            push_branch: git.push_branch.clone(),
+            // With a pull request and no push branch: the watch's own branch.
+            // A group's members share one (so one commit and one pull request per group).
+            push_branch: git.push_branch.clone().or_else(|| {
+                git.pull_request.as_ref().map(|_| {
+                    match watch.spec.group.as_deref().filter(|g| !g.is_empty()) {
+                        Some(group) => watch_pr::group_push_branch("{namespace}", group),
+                        None => watch_pr::default_push_branch("{namespace}", "{name}"),
+                    }
+                })
+            }),
         });
     }
     let (source, secret) = super::argocd::resolve_cached(
@@ -1303,8 +1746,39 @@ pub fn build_status(
             Err(ReconcileError::Signature(refused)) => Some(refused_tag(refused)),
             Err(_) => previous.refused.clone(),
         },
+        pull_request: previous.pull_request.clone(),
         conditions: previous.conditions.clone(),
     };
+    if let Ok(Outcome {
+        pull_request: Some(delivered),
+        ..
+    }) = result
+    {
+        next.pull_request = watch_pr::status_of(delivered, previous.pull_request.as_ref());
+        let open = next.pull_request.as_ref().filter(|p| p.state == "open");
+        let message = match (open, &next.pull_request) {
+            (Some(p), _) => format!("#{} {} proposes {}", p.number, p.url, delivered.tag),
+            (None, Some(p)) => format!(
+                "#{} {} is {}: the base branch holds {}",
+                p.number, p.url, p.state, delivered.tag
+            ),
+            (None, None) => format!("the base branch holds {}", delivered.tag),
+        };
+        let mut message = message;
+        if !delivered.warnings.is_empty() {
+            message.push_str(&format!(" ({})", delivered.warnings.join("; ")));
+        }
+        // Nothing open any more: the reason keeps saying how the last one ended.
+        let reason = match (delivered.action, &next.pull_request) {
+            (watch_pr::PrAction::NotNeeded, Some(p)) if p.state == "closed" => "Closed",
+            (watch_pr::PrAction::NotNeeded, Some(p)) if p.state == "merged" => "Merged",
+            (action, _) => action.condition_reason(),
+        };
+        let mut condition =
+            status::ready_condition(open.is_some(), reason, &message, generation, now);
+        condition.type_ = imagewatch_crd::conditions::PULL_REQUEST_OPEN.to_string();
+        next.conditions = status::merge_condition(&next.conditions, condition);
+    }
     let condition = match result {
         Ok(outcome) => {
             next.latest = Some(outcome.latest.clone());
@@ -1409,7 +1883,7 @@ pub fn build_status(
         }
         _ => condition,
     };
-    next.conditions = status::merge_condition(&previous.conditions, condition);
+    next.conditions = status::merge_condition(&next.conditions, condition);
     next
 }
 
@@ -1523,6 +1997,42 @@ async fn publish_events(
         _ => None,
     };
     if let Some(event) = event {
+        publish(watch, &event, ctx).await;
+    }
+    // The pull requests of the push branches opened, updated or closed.
+    let delivered: Vec<&watch_pr::Delivered> = match result {
+        Ok(Reconciled::Single(Outcome {
+            pull_request: Some(d),
+            ..
+        })) => vec![d],
+        Ok(Reconciled::Pattern(p)) => p
+            .pull_request
+            .iter()
+            .chain(p.members.iter().filter_map(|m| m.pull_request.as_ref()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    for d in delivered {
+        let (Some(reason), Some(pr)) = (d.action.event_reason(), &d.pull_request) else {
+            continue;
+        };
+        let note = match d.action {
+            watch_pr::PrAction::Closed => format!(
+                "closed #{} {}: the base branch holds {}",
+                pr.number, pr.url, d.tag
+            ),
+            _ => format!(
+                "#{} {} proposes {} from {}",
+                pr.number, pr.url, d.tag, d.branch
+            ),
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note),
+            action: "PullRequest".into(),
+            secondary: None,
+        };
         publish(watch, &event, ctx).await;
     }
     // A newer tag refused for its signature while an older verified one is written.

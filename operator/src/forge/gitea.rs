@@ -9,12 +9,14 @@
 //! * labels are ids: names are looked up with `GET /repos/{owner}/{repo}/labels`, then
 //!   `POST /repos/{owner}/{repo}/issues/{index}/labels` `{labels: [ids]}`
 //! * auto-merge: `POST /repos/{owner}/{repo}/pulls/{index}/merge`
-//!   `{Do: merge, merge_when_checks_succeed: true}`
+//!   `{Do: merge, merge_when_checks_succeed: true}`; cancelled with `DELETE` on the same path
+//! * get / reopen: `GET /repos/{owner}/{repo}/pulls/{index}` / `PATCH … {state: open}`;
+//!   `state` is `open` or `closed`, `merged: true` tells a merged one
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest};
+use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest, PullRequestState};
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
@@ -54,6 +56,13 @@ pub(super) fn pull_request(v: &Value) -> Result<PullRequest, ForgeError> {
             .unwrap_or_default(),
         auto_merge: false,
         node_id: None,
+        state: if v.get("merged").and_then(Value::as_bool) == Some(true) {
+            PullRequestState::Merged
+        } else if str_at(v, "/state") == Some("closed") {
+            PullRequestState::Closed
+        } else {
+            PullRequestState::Open
+        },
     })
 }
 
@@ -166,4 +175,56 @@ pub(super) async fn enable_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Resu
     )
     .await
     .map(drop)
+}
+
+pub(super) async fn cancel_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Result<(), ForgeError> {
+    c.call(
+        Method::DELETE,
+        &c.url(&format!(
+            "/repos/{}/pulls/{}/merge",
+            c.repository, pr.number
+        )),
+        None,
+    )
+    .await
+    .map(drop)
+}
+
+pub(super) async fn get(c: &ForgeClient, number: i64) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::GET,
+            &c.url(&format!("/repos/{}/pulls/{number}", c.repository)),
+            None,
+        )
+        .await?;
+    pull_request(&answer.body)
+}
+
+pub(super) async fn reopen(c: &ForgeClient, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::PATCH,
+            &c.url(&format!("/repos/{}/pulls/{}", c.repository, pr.number)),
+            Some(&json!({"state": "open"})),
+        )
+        .await?;
+    pull_request(&answer.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_of_a_gitea_pull_request() {
+        let pr = |state: &str, merged: bool| {
+            json!({"number": 3, "html_url": "http://g/o/r/pulls/3", "state": state,
+                   "merged": merged, "head": {"ref": "h"}, "base": {"ref": "main"}})
+        };
+        let state = |v: Value| pull_request(&v).map(|p| p.state).ok();
+        assert_eq!(state(pr("open", false)), Some(PullRequestState::Open));
+        assert_eq!(state(pr("closed", false)), Some(PullRequestState::Closed));
+        assert_eq!(state(pr("closed", true)), Some(PullRequestState::Merged));
+    }
 }

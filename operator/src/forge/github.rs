@@ -1,4 +1,5 @@
-//! GitHub: REST `pulls` and `issues/{n}/labels`, GraphQL `enablePullRequestAutoMerge`.
+//! GitHub: REST `pulls` and `issues/{n}/labels`, GraphQL `enablePullRequestAutoMerge` and
+//! `disablePullRequestAutoMerge`.
 //!
 //! * list: `GET /repos/{owner}/{repo}/pulls?state=open&head={owner}:{branch}&base={base}&per_page=100`
 //! * create: `POST /repos/{owner}/{repo}/pulls` `{title, head, base, body}`; 422 with
@@ -12,7 +13,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::http::encode_query;
-use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest};
+use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest, PullRequestState};
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
@@ -52,6 +53,15 @@ pub(super) fn pull_request(v: &Value) -> Result<PullRequest, ForgeError> {
             .unwrap_or_default(),
         auto_merge: v.get("auto_merge").is_some_and(|a| !a.is_null()),
         node_id: str_at(v, "/node_id").map(str::to_string),
+        state: if v.get("merged_at").is_some_and(|m| !m.is_null())
+            || v.get("merged").and_then(Value::as_bool) == Some(true)
+        {
+            PullRequestState::Merged
+        } else if str_at(v, "/state") == Some("closed") {
+            PullRequestState::Closed
+        } else {
+            PullRequestState::Open
+        },
     })
 }
 
@@ -160,10 +170,29 @@ pub(super) async fn enable_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Resu
             Some(&json!({"query": ENABLE_AUTO_MERGE, "variables": {"id": id}})),
         )
         .await?;
-    if let Some(errors) = answer.body.get("errors").and_then(Value::as_array)
-        && !errors.is_empty()
-    {
-        return Err(ForgeError::Rejected {
+    graphql_errors(&answer.body)
+}
+
+const DISABLE_AUTO_MERGE: &str = "mutation($id: ID!) { disablePullRequestAutoMerge(input: {pullRequestId: $id}) { pullRequest { number } } }";
+
+pub(super) async fn cancel_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Result<(), ForgeError> {
+    let id = pr.node_id.as_deref().ok_or_else(|| ForgeError::Protocol {
+        provider: "github",
+        message: format!("pull request #{} has no node_id", pr.number),
+    })?;
+    let answer = c
+        .call(
+            Method::POST,
+            &graphql_url(&c.api),
+            Some(&json!({"query": DISABLE_AUTO_MERGE, "variables": {"id": id}})),
+        )
+        .await?;
+    graphql_errors(&answer.body)
+}
+
+fn graphql_errors(body: &Value) -> Result<(), ForgeError> {
+    match body.get("errors").and_then(Value::as_array) {
+        Some(errors) if !errors.is_empty() => Err(ForgeError::Rejected {
             provider: "github",
             status: 200,
             message: errors
@@ -171,9 +200,31 @@ pub(super) async fn enable_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Resu
                 .filter_map(|e| e.get("message").and_then(Value::as_str))
                 .collect::<Vec<_>>()
                 .join("; "),
-        });
+        }),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+pub(super) async fn get(c: &ForgeClient, number: i64) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::GET,
+            &c.url(&format!("/repos/{}/pulls/{number}", c.repository)),
+            None,
+        )
+        .await?;
+    pull_request(&answer.body)
+}
+
+pub(super) async fn reopen(c: &ForgeClient, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::PATCH,
+            &c.url(&format!("/repos/{}/pulls/{}", c.repository, pr.number)),
+            Some(&json!({"state": "open"})),
+        )
+        .await?;
+    pull_request(&answer.body)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::http::{encode_query, encode_segment};
-use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest};
+use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest, PullRequestState};
 
 fn project(c: &ForgeClient) -> String {
     encode_segment(&c.repository)
@@ -59,6 +59,11 @@ pub(super) fn merge_request(v: &Value) -> Result<PullRequest, ForgeError> {
             .and_then(Value::as_bool)
             .unwrap_or(false),
         node_id: None,
+        state: match text("state") {
+            Some("merged") => PullRequestState::Merged,
+            Some("closed") | Some("locked") => PullRequestState::Closed,
+            _ => PullRequestState::Open,
+        },
     })
 }
 
@@ -174,4 +179,44 @@ pub(super) async fn enable_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Resu
     )
     .await
     .map(drop)
+}
+
+pub(super) async fn cancel_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Result<(), ForgeError> {
+    c.call(
+        Method::POST,
+        &c.url(&format!(
+            "/projects/{}/merge_requests/{}/cancel_merge_when_pipeline_succeeds",
+            project(c),
+            pr.number
+        )),
+        None,
+    )
+    .await
+    .map(drop)
+}
+
+pub(super) async fn get(c: &ForgeClient, number: i64) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::GET,
+            &c.url(&format!("/projects/{}/merge_requests/{number}", project(c))),
+            None,
+        )
+        .await?;
+    merge_request(&answer.body)
+}
+
+pub(super) async fn reopen(c: &ForgeClient, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
+    let answer = c
+        .call(
+            Method::PUT,
+            &c.url(&format!(
+                "/projects/{}/merge_requests/{}",
+                project(c),
+                pr.number
+            )),
+            Some(&json!({"state_event": "reopen"})),
+        )
+        .await?;
+    merge_request(&answer.body)
 }

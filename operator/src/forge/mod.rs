@@ -51,6 +51,49 @@ pub struct PullRequest {
     pub auto_merge: bool,
     /// GitHub's GraphQL node id.
     pub node_id: Option<String>,
+    /// Open, closed or merged.
+    pub state: PullRequestState,
+}
+
+/// Where a pull request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PullRequestState {
+    /// Open (GitLab: opened).
+    #[default]
+    Open,
+    /// Closed without merging.
+    Closed,
+    /// Merged.
+    Merged,
+}
+
+impl PullRequestState {
+    /// `open`, `closed`, `merged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Merged => "merged",
+        }
+    }
+}
+
+/// Attempts of a request the forge answered with "try again later" (Gitea answers a merge
+/// request with `405 Please try again later` while its mergeability check is still queued).
+pub const TRY_AGAIN_ATTEMPTS: u32 = 6;
+
+/// Whether the forge asked to repeat the request shortly (pure): Gitea's 405 "Please try
+/// again later" while a pull request's mergeability is being checked. Other 405s (GitLab's
+/// "Method Not Allowed" for a merge request that cannot be merged) are final.
+pub fn try_again_later(e: &ForgeError) -> bool {
+    matches!(e, ForgeError::Rejected { status: 405, message, .. }
+        if message.to_ascii_lowercase().contains("try again later"))
+}
+
+/// The wait before attempt `attempt + 1` after a "try again later" (pure): 250 ms doubling,
+/// at most 4 s.
+pub fn try_again_delay(attempt: u32) -> Duration {
+    Duration::from_millis(250u64.saturating_mul(1 << attempt.min(4)))
 }
 
 /// What a pull request should be.
@@ -422,12 +465,51 @@ impl ForgeClient {
         }
     }
 
-    /// Asks the forge to merge when its checks pass.
+    /// Asks the forge to merge when its checks pass; a "try again later" is repeated up to
+    /// [`TRY_AGAIN_ATTEMPTS`] times.
     pub async fn enable_auto_merge(&self, pr: &PullRequest) -> Result<(), ForgeError> {
+        let mut attempt = 0;
+        loop {
+            let result = match self.provider {
+                ForgeProvider::Github => github::enable_auto_merge(self, pr).await,
+                ForgeProvider::Gitlab => gitlab::enable_auto_merge(self, pr).await,
+                ForgeProvider::Gitea => gitea::enable_auto_merge(self, pr).await,
+            };
+            match result {
+                Err(e) if try_again_later(&e) && attempt + 1 < TRY_AGAIN_ATTEMPTS => {
+                    tracing::debug!(pr = pr.number, error = %e, "auto-merge: trying again");
+                    tokio::time::sleep(try_again_delay(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Withdraws a requested auto-merge.
+    pub async fn cancel_auto_merge(&self, pr: &PullRequest) -> Result<(), ForgeError> {
         match self.provider {
-            ForgeProvider::Github => github::enable_auto_merge(self, pr).await,
-            ForgeProvider::Gitlab => gitlab::enable_auto_merge(self, pr).await,
-            ForgeProvider::Gitea => gitea::enable_auto_merge(self, pr).await,
+            ForgeProvider::Github => github::cancel_auto_merge(self, pr).await,
+            ForgeProvider::Gitlab => gitlab::cancel_auto_merge(self, pr).await,
+            ForgeProvider::Gitea => gitea::cancel_auto_merge(self, pr).await,
+        }
+    }
+
+    /// One pull request by number, whatever its state.
+    pub async fn get(&self, number: i64) -> Result<PullRequest, ForgeError> {
+        match self.provider {
+            ForgeProvider::Github => github::get(self, number).await,
+            ForgeProvider::Gitlab => gitlab::get(self, number).await,
+            ForgeProvider::Gitea => gitea::get(self, number).await,
+        }
+    }
+
+    /// Reopens a closed (not merged) pull request.
+    pub async fn reopen(&self, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
+        match self.provider {
+            ForgeProvider::Github => github::reopen(self, pr).await,
+            ForgeProvider::Gitlab => gitlab::reopen(self, pr).await,
+            ForgeProvider::Gitea => gitea::reopen(self, pr).await,
         }
     }
 
@@ -503,6 +585,33 @@ impl ForgeClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_try_again_later_is_repeated() {
+        let gitea = ForgeError::Rejected {
+            provider: "gitea",
+            status: 405,
+            message: "Please try again later".into(),
+        };
+        assert!(try_again_later(&gitea));
+        let gitlab = ForgeError::Rejected {
+            provider: "gitlab",
+            status: 405,
+            message: "405 Method Not Allowed".into(),
+        };
+        assert!(!try_again_later(&gitlab));
+        let conflict = ForgeError::Rejected {
+            provider: "gitea",
+            status: 409,
+            message: "Please try again later".into(),
+        };
+        assert!(!try_again_later(&conflict));
+        assert_eq!(try_again_delay(0), Duration::from_millis(250));
+        assert_eq!(try_again_delay(2), Duration::from_secs(1));
+        assert_eq!(try_again_delay(9), Duration::from_secs(4));
+        let total: Duration = (0..TRY_AGAIN_ATTEMPTS - 1).map(try_again_delay).sum();
+        assert!(total <= Duration::from_secs(15), "{total:?}");
+    }
 
     #[test]
     fn git_urls_give_host_and_repository() {

@@ -704,6 +704,7 @@ fn translate_image(
         branch,
         secret_ref,
         push_branch,
+        pull_request: None,
     });
 
     // Registry credentials.

@@ -412,6 +412,7 @@ fn options_override_namespace_and_git_and_the_output_is_valid_yaml() {
             branch: Some("main".into()),
             secret_ref: None,
             push_branch: None,
+            pull_request: None,
         }),
     };
     let (_, imported) = import(
