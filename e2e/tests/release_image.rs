@@ -183,10 +183,20 @@ fn the_image_without_docker_matches_the_dockerfile() -> anyhow::Result<()> {
 /// enabled by this crate): the release binary cannot be told to abort itself.
 #[test]
 fn the_release_binary_has_no_test_hooks() -> anyhow::Result<()> {
-    let hook = b"IMAGEWATCH_TEST_CRASH_POINT";
+    let hooks: [&[u8]; 2] = [
+        b"IMAGEWATCH_TEST_CRASH_POINT",
+        b"IMAGEWATCH_TEST_CRASH_AFTER_PULL_REQUEST",
+    ];
     let contains = |path: &Path| -> anyhow::Result<bool> {
         let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
-        Ok(bytes.windows(hook.len()).any(|w| w == hook))
+        let has = |hook: &[u8]| bytes.windows(hook.len()).any(|w| w == hook);
+        let found: Vec<bool> = hooks.iter().map(|h| has(h)).collect();
+        anyhow::ensure!(
+            found.iter().all(|f| *f == found[0]),
+            "{} has some test hooks but not all: {found:?}",
+            path.display()
+        );
+        Ok(found[0])
     };
     let test_build = imagewatch_e2e::operator::binary();
     ensure!(

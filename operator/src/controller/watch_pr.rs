@@ -31,8 +31,9 @@ use crate::forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRe
 /// Finalizer held while a pull request is recorded in the status.
 pub const FINALIZER: &str = "imagewatch.dev/close-watch-pull-request";
 
-/// Test hook: set, the process aborts right after a pull request was opened or updated, before
-/// the status records it (a restart must adopt it). Never set it in production.
+/// Test hook (only with the `test-hooks` feature): set, the process aborts right after a pull
+/// request was opened or updated, before the status records it (a restart must adopt it).
+#[cfg(feature = "test-hooks")]
 pub const CRASH_AFTER_PULL_REQUEST: &str = "IMAGEWATCH_TEST_CRASH_AFTER_PULL_REQUEST";
 
 /// Title when `pullRequest.title` is unset.
@@ -407,6 +408,7 @@ pub async fn propose(
 ) -> Result<Delivered, ReconcileError> {
     let _serial = lock(forge, &new.head).await;
     let ensured = forge.ensure(new).await?;
+    #[cfg(feature = "test-hooks")]
     if std::env::var_os(CRASH_AFTER_PULL_REQUEST).is_some() {
         tracing::error!(
             pr = ensured.pull_request.number,
