@@ -262,3 +262,33 @@ pub fn verify_openpgp_commit(
     );
     Ok(verdict)
 }
+
+/// `e2e/scripts/moto.sh helpers ARGS` (create-queue, route-ecr-events, create-repository,
+/// put-image, put-push-event, …) with `env` (the moto URL and test credentials); its output.
+pub fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
+    let out = std::process::Command::new(repo_root().join("e2e/scripts/moto.sh"))
+        .arg("helpers")
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "moto {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The environment for [`moto`] and for an operator talking to the ground's moto.
+pub fn moto_env(ground: &Ground) -> anyhow::Result<Vec<(String, String)>> {
+    Ok(vec![
+        (
+            "IMAGEWATCH_MOTO_URL".to_string(),
+            ground.var("IMAGEWATCH_MOTO_URL")?.to_string(),
+        ),
+        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
+        ("AWS_REGION".to_string(), "us-east-1".to_string()),
+        ("AWS_EC2_METADATA_DISABLED".to_string(), "true".to_string()),
+    ])
+}

@@ -13,9 +13,7 @@ use std::{
 };
 
 use imagewatch_e2e::{
-    Ground, Operator, TestNamespace,
-    ground::{random_suffix, repo_root},
-    operator::metric,
+    Ground, Operator, TestNamespace, ground::random_suffix, operator::metric, setup::moto,
     wait_until,
 };
 
@@ -112,20 +110,6 @@ async fn ready_with_no_watch_and_no_aws_and_no_instance_metadata_lookup() -> any
     );
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     Ok(())
-}
-
-fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(repo_root().join("e2e/scripts/moto.sh"))
-        .arg("helpers")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "moto {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// (visible, in flight) messages of the queue.

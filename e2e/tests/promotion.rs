@@ -25,7 +25,8 @@ use axum::{
 };
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
-    ground::{random_suffix, repo_root},
+    ground::random_suffix,
+    setup::moto,
     setup::{Scenario, create_secret},
     wait_until,
 };
@@ -989,20 +990,6 @@ spec:
     );
     assert_eq!(git.commit_count(&repo, "release")?, 3);
     Ok(())
-}
-
-fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
-    let out = std::process::Command::new(repo_root().join("e2e/scripts/moto.sh"))
-        .arg("helpers")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "moto {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[tokio::test]

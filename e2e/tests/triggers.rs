@@ -2,12 +2,13 @@
 //! operator's webhook receiver, and ECR (moto) → EventBridge → SQS. Watches poll only hourly
 //! here, so a prompt commit can only come from the event.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use imagewatch_e2e::{
     NotifyingRegistry,
-    ground::{random_suffix, repo_root},
+    ground::random_suffix,
     operator::{free_port, metric},
+    setup::moto,
     setup::{Scenario, copy_dir, create_secret, sample},
     wait_until,
 };
@@ -214,20 +215,6 @@ async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> a
     .await?;
     assert!(logged >= 3, "{counted} {logged}");
     Ok(())
-}
-
-fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
-    let out = Command::new(repo_root().join("e2e/scripts/moto.sh"))
-        .arg("helpers")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "moto {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 #[tokio::test]

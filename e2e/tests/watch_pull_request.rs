@@ -11,7 +11,7 @@ use imagewatch_e2e::{
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
     operator::metric,
-    setup::{Scenario, create_secret},
+    setup::{Scenario, create_secret, moto, moto_env},
     wait_until,
 };
 use kube::{Api, api::DeleteParams};
@@ -645,15 +645,43 @@ async fn pattern_watch(
     let registry = s.ground.registry()?;
     let top = format!("e2e/pat{}", random_suffix());
     let apps: Vec<String> = (0..count).map(|i| format!("app{i:02}")).collect();
-    let repo = gitea.create_repo("pattern").await?;
     for app in &apps {
         registry.push(&format!("{top}/{app}/api"), "v1.0.0")?;
-        let image = format!("{}/{top}/{app}/api", registry.host);
+    }
+    let repo = pattern_watch_on(
+        s,
+        gitea,
+        &format!("{}/{top}", registry.host),
+        &apps,
+        "{secretRef: {name: regcred}}",
+        "10s",
+        per_member,
+    )
+    .await?;
+    for app in &apps {
+        registry.retag(&format!("{top}/{app}/api"), "v1.0.0", "v1.1.0")?;
+    }
+    Ok((repo, top, apps))
+}
+
+/// A Gitea repository with one Deployment per app at `{images}/{app}/api:v1.0.0`, and the
+/// pattern watch `all` over `{images}/*/api` proposing pull requests, up to date.
+async fn pattern_watch_on(
+    s: &Scenario,
+    gitea: &Gitea,
+    images: &str,
+    apps: &[String],
+    credentials: &str,
+    interval: &str,
+    per_member: bool,
+) -> anyhow::Result<String> {
+    let repo = gitea.create_repo("pattern").await?;
+    for app in apps {
         gitea
             .put_file(
                 &repo,
                 &format!("apps/{app}/deployment.yaml"),
-                &deployment(&image, "v1.0.0"),
+                &deployment(&format!("{images}/{app}/api"), "v1.0.0"),
                 "main",
                 None,
             )
@@ -673,10 +701,10 @@ async fn pattern_watch(
 kind: ImageWatch
 metadata: {{name: all, namespace: {ns}}}
 spec:
-  image: "{host}/{top}/*/api"
+  image: "{images}/*/api"
   tags: {{pattern: "v*"}}
-  interval: 10s
-  credentials: {{secretRef: {{name: regcred}}}}
+  interval: {interval}
+  credentials: {credentials}
   git:
     url: "{url}"
     branch: main
@@ -690,10 +718,10 @@ spec:
     workload: {{path: "apps/$1", kind: Deployment, name: api, container: api}}
 "#,
         ns = s.ns.name,
-        host = registry.host,
         url = gitea.git_url(&repo),
         api = gitea.api,
     ))?;
+    let count = apps.len();
     wait_until("every member up to date", TIMEOUT, || async {
         let w = s.watches.get("all").await?;
         let st = w.status.unwrap_or_default();
@@ -701,10 +729,7 @@ spec:
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
-    for app in &apps {
-        registry.retag(&format!("{top}/{app}/api"), "v1.0.0", "v1.1.0")?;
-    }
-    Ok((repo, top, apps))
+    Ok(repo)
 }
 
 /// Seed 000's figure on Gitea: 27 pushes to 27 repositories of one pattern watch give 27
@@ -824,5 +849,96 @@ async fn a_pattern_watch_can_open_one_pull_request_for_all() -> anyhow::Result<(
         .await?;
     }
     assert_eq!(gitea.pulls(&repo, "all").await?.len(), 1);
+    Ok(())
+}
+
+/// Seed 000 end to end: ECR pushes (moto) → EventBridge → SQS → one pattern watch → one pull
+/// request per push on Gitea. The watch polls only hourly, so every pull request comes from
+/// an event.
+#[tokio::test]
+async fn seed_000_ecr_pushes_through_sqs_open_one_pull_request_each() -> anyhow::Result<()> {
+    const COUNT: usize = 27;
+    let ground = imagewatch_e2e::Ground::get()?;
+    let aws_env = moto_env(ground)?;
+    let sfx = random_suffix();
+    let queue = moto(&["create-queue", &format!("seed000-{sfx}")], &aws_env)?;
+    let queue = queue.lines().last().unwrap_or_default().to_string();
+    moto(
+        &["route-ecr-events", &format!("seed000-{sfx}"), &queue],
+        &aws_env,
+    )?;
+    let top = format!("seed000-{sfx}");
+    let apps: Vec<String> = (0..COUNT).map(|i| format!("app{i:02}")).collect();
+    for app in &apps {
+        let repository = format!("{top}/{app}/api");
+        moto(&["create-repository", &repository], &aws_env)?;
+        moto(&["put-image", &repository, "v1.0.0"], &aws_env)?;
+    }
+    let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
+    let env: Vec<(&str, &str)> = aws_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let s = Scenario::start_with_env(
+        "seed000",
+        &[
+            "--aws-endpoint-url",
+            &moto_url,
+            "--sqs-queue-url",
+            &queue,
+            "--sqs-default-account",
+            "123456789012",
+        ],
+        &env,
+    )
+    .await?;
+    let mut gitea = Gitea::start().await?;
+    gitea.serve_git_over_https(s.ground)?;
+    let images = format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{top}");
+    let repo = pattern_watch_on(&s, &gitea, &images, &apps, "{provider: aws}", "1h", true).await?;
+
+    for app in &apps {
+        let repository = format!("{top}/{app}/api");
+        moto(&["put-image", &repository, "v1.1.0"], &aws_env)?;
+        moto(&["put-push-event", &repository, "v1.1.0"], &aws_env)?;
+    }
+    let pushed = std::time::Instant::now();
+    wait_until("a pull request per push", TIMEOUT, || async {
+        Ok((gitea.pulls(&repo, "open").await?.len() >= COUNT).then_some(()))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
+    eprintln!(
+        "{COUNT} pull requests open {:.1}s after the last push event",
+        pushed.elapsed().as_secs_f64()
+    );
+    let pulls = gitea.pulls(&repo, "all").await?;
+    assert_eq!(pulls.len(), COUNT, "none duplicated");
+    for app in &apps {
+        let head = format!(
+            "imagewatch/{}-all-{}-{app}-api",
+            s.ns.name,
+            top.replace('/', "-")
+        );
+        let pr = pulls
+            .iter()
+            .find(|p| p["head"]["ref"].as_str() == Some(head.as_str()))
+            .ok_or_else(|| anyhow::anyhow!("no pull request from {head}"))?;
+        let file = gitea
+            .file(&repo, &head, &format!("apps/{app}/deployment.yaml"))
+            .await?;
+        assert!(
+            file.contains(&format!("{images}/{app}/api:v1.1.0")),
+            "{pr}\n{file}"
+        );
+    }
+    let metrics = s.operator.metrics().await?;
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_events_total{source=\"sqs\",outcome=\"matched\"}"
+        ) >= COUNT as f64,
+        "every pull request came from an SQS event:\n{metrics}"
+    );
     Ok(())
 }
