@@ -19,6 +19,7 @@ export AWS_EC2_METADATA_DISABLED=true
 
 "$SCRIPTS_DIR/deps.sh"
 "$SCRIPTS_DIR/helm.sh" build
+"$SCRIPTS_DIR/gitea.sh" build
 cd "$REPO"
 cargo build --release -p imagewatch
 cargo build --release -p imagewatch-e2e --example bench

@@ -16,6 +16,7 @@ pub mod node;
 pub mod notifying;
 pub mod oci_push;
 pub mod operator;
+pub mod seed000;
 pub mod setup;
 pub mod token_registry;
 pub mod wait;

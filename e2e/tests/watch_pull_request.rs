@@ -11,19 +11,14 @@ use imagewatch_e2e::{
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
     operator::metric,
-    setup::{Scenario, create_secret, moto, moto_env},
+    seed000::{self, deployment, pattern_watch_on},
+    setup::{Scenario, create_secret},
     wait_until,
 };
 use kube::{Api, api::DeleteParams};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const FILE: &str = "apps/api/deployment.yaml";
-
-fn deployment(image: &str, tag: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: api\nspec:\n  template:\n    spec:\n      containers:\n        - name: api\n          image: {image}:{tag}   # written by imagewatch\n"
-    )
-}
 
 /// A Gitea repository holding `image:tag`, the Secrets for it, and the watch's YAML.
 struct Setup {
@@ -664,74 +659,6 @@ async fn pattern_watch(
     Ok((repo, top, apps))
 }
 
-/// A Gitea repository with one Deployment per app at `{images}/{app}/api:v1.0.0`, and the
-/// pattern watch `all` over `{images}/*/api` proposing pull requests, up to date.
-async fn pattern_watch_on(
-    s: &Scenario,
-    gitea: &Gitea,
-    images: &str,
-    apps: &[String],
-    credentials: &str,
-    interval: &str,
-    per_member: bool,
-) -> anyhow::Result<String> {
-    let repo = gitea.create_repo("pattern").await?;
-    for app in apps {
-        gitea
-            .put_file(
-                &repo,
-                &format!("apps/{app}/deployment.yaml"),
-                &deployment(&format!("{images}/{app}/api"), "v1.0.0"),
-                "main",
-                None,
-            )
-            .await?;
-    }
-    for (name, data) in [
-        (
-            "gitea-git",
-            vec![("username", ADMIN), ("password", gitea.token.as_str())],
-        ),
-        ("gitea-api", vec![("token", gitea.token.as_str())]),
-    ] {
-        create_secret(&s.admin, &s.ns.name, name, "Opaque", &data).await?;
-    }
-    s.apply(&format!(
-        r#"apiVersion: imagewatch.dev/v1alpha1
-kind: ImageWatch
-metadata: {{name: all, namespace: {ns}}}
-spec:
-  image: "{images}/*/api"
-  tags: {{pattern: "v*"}}
-  interval: {interval}
-  credentials: {credentials}
-  git:
-    url: "{url}"
-    branch: main
-    secretRef: {{name: gitea-git}}
-    pullRequest:
-      provider: gitea
-      apiUrl: "{api}"
-      secretRef: {{name: gitea-api}}
-      perMember: {per_member}
-  target:
-    workload: {{path: "apps/$1", kind: Deployment, name: api, container: api}}
-"#,
-        ns = s.ns.name,
-        url = gitea.git_url(&repo),
-        api = gitea.api,
-    ))?;
-    let count = apps.len();
-    wait_until("every member up to date", TIMEOUT, || async {
-        let w = s.watches.get("all").await?;
-        let st = w.status.unwrap_or_default();
-        Ok((st.members_ready == Some(count as i64)).then_some(()))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
-    Ok(repo)
-}
-
 /// Seed 000's figure on Gitea: 27 pushes to 27 repositories of one pattern watch give 27
 /// pull requests, one per repository on its own branch, none duplicated.
 #[tokio::test]
@@ -853,92 +780,31 @@ async fn a_pattern_watch_can_open_one_pull_request_for_all() -> anyhow::Result<(
 }
 
 /// Seed 000 end to end: ECR pushes (moto) → EventBridge → SQS → one pattern watch → one pull
-/// request per push on Gitea. The watch polls only hourly, so every pull request comes from
-/// an event.
+/// request per push on Gitea (see `imagewatch_e2e::seed000`; `just bench` times the same run).
 #[tokio::test]
 async fn seed_000_ecr_pushes_through_sqs_open_one_pull_request_each() -> anyhow::Result<()> {
     const COUNT: usize = 27;
-    let ground = imagewatch_e2e::Ground::get()?;
-    let aws_env = moto_env(ground)?;
-    let sfx = random_suffix();
-    let queue = moto(&["create-queue", &format!("seed000-{sfx}")], &aws_env)?;
-    let queue = queue.lines().last().unwrap_or_default().to_string();
-    moto(
-        &["route-ecr-events", &format!("seed000-{sfx}"), &queue],
-        &aws_env,
-    )?;
-    let top = format!("seed000-{sfx}");
-    let apps: Vec<String> = (0..COUNT).map(|i| format!("app{i:02}")).collect();
-    for app in &apps {
-        let repository = format!("{top}/{app}/api");
-        moto(&["create-repository", &repository], &aws_env)?;
-        moto(&["put-image", &repository, "v1.0.0"], &aws_env)?;
-    }
-    let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let env: Vec<(&str, &str)> = aws_env
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let s = Scenario::start_with_env(
-        "seed000",
-        &[
-            "--aws-endpoint-url",
-            &moto_url,
-            "--sqs-queue-url",
-            &queue,
-            "--sqs-default-account",
-            "123456789012",
-        ],
-        &env,
-    )
-    .await?;
-    let mut gitea = Gitea::start().await?;
-    gitea.serve_git_over_https(s.ground)?;
-    let images = format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{top}");
-    let repo = pattern_watch_on(&s, &gitea, &images, &apps, "{provider: aws}", "1h", true).await?;
-
-    for app in &apps {
-        let repository = format!("{top}/{app}/api");
-        moto(&["put-image", &repository, "v1.1.0"], &aws_env)?;
-        moto(&["put-push-event", &repository, "v1.1.0"], &aws_env)?;
-    }
-    let pushed = std::time::Instant::now();
-    wait_until("a pull request per push", TIMEOUT, || async {
-        Ok((gitea.pulls(&repo, "open").await?.len() >= COUNT).then_some(()))
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;
+    let run = seed000::run(COUNT).await?;
     eprintln!(
         "{COUNT} pull requests open {:.1}s after the last push event",
-        pushed.elapsed().as_secs_f64()
+        run.elapsed.as_secs_f64()
     );
-    let pulls = gitea.pulls(&repo, "all").await?;
-    assert_eq!(pulls.len(), COUNT, "none duplicated");
-    for app in &apps {
-        let head = format!(
-            "imagewatch/{}-all-{}-{app}-api",
-            s.ns.name,
-            top.replace('/', "-")
-        );
-        let pr = pulls
-            .iter()
-            .find(|p| p["head"]["ref"].as_str() == Some(head.as_str()))
-            .ok_or_else(|| anyhow::anyhow!("no pull request from {head}"))?;
-        let file = gitea
-            .file(&repo, &head, &format!("apps/{app}/deployment.yaml"))
-            .await?;
+    assert_eq!(run.pulls.len(), COUNT, "none duplicated");
+    for (app, file) in &run.files {
         assert!(
-            file.contains(&format!("{images}/{app}/api:v1.1.0")),
-            "{pr}\n{file}"
+            file.contains(&format!("{}/{app}/api:v1.1.0", run.images)),
+            "{app}: {file}"
         );
     }
-    let metrics = s.operator.metrics().await?;
+    assert_eq!(
+        run.files.len(),
+        COUNT,
+        "a pull request from every member's branch"
+    );
     assert!(
-        metric(
-            &metrics,
-            "imagewatch_events_total{source=\"sqs\",outcome=\"matched\"}"
-        ) >= COUNT as f64,
-        "every pull request came from an SQS event:\n{metrics}"
+        run.sqs_matched >= COUNT as f64,
+        "every pull request came from an SQS event: {} matched",
+        run.sqs_matched
     );
     Ok(())
 }

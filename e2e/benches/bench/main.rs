@@ -5,11 +5,14 @@
 //! Scenarios (see their modules):
 //! - `pushes`: push → commit latency and throughput for N simultaneous pushes;
 //! - `watches`: registry calls, credential fetches, CPU and memory of many watches in steady
-//!   state.
+//!   state;
+//! - `seed000`: seed 000's flow — ECR pushes (moto) → EventBridge → SQS → one pattern watch →
+//!   one pull request per push on a real Gitea (`imagewatch_e2e::seed000`).
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `IMAGEWATCH_BENCH` | `pushes,watches` | scenarios to run |
+//! | `IMAGEWATCH_BENCH` | `pushes,watches,seed000` | scenarios to run |
+//! | `IMAGEWATCH_BENCH_SEED000` | `27` | pushes (repositories, pull requests) of `seed000` |
 //! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default (100/s, burst 200) |
 //! | `IMAGEWATCH_BENCH_PUSH_CONCURRENCY` | `32` | manifest `PUT`s in flight |
 //! | `IMAGEWATCH_BENCH_WATCHES` | `10000` | ImageWatches of the steady-state scenario |
@@ -32,7 +35,8 @@ use crate::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let scenarios = std::env::var("IMAGEWATCH_BENCH").unwrap_or_else(|_| "pushes,watches".into());
+    let scenarios =
+        std::env::var("IMAGEWATCH_BENCH").unwrap_or_else(|_| "pushes,watches,seed000".into());
     let mut checks = Vec::new();
     if scenarios.split(',').any(|s| s.trim() == "pushes") {
         let concurrency = env_usize("IMAGEWATCH_BENCH_PUSH_CONCURRENCY", 32);
@@ -82,6 +86,25 @@ async fn main() -> anyhow::Result<()> {
         );
         let rows = match watches::run(plan).await {
             Ok(result) => watch_checks(&result),
+            Err(e) => vec![failed(name, &e)],
+        };
+        eprint!("{}", render_table(&rows));
+        checks.extend(rows);
+    }
+    if scenarios.split(',').any(|s| s.trim() == "seed000") {
+        let count = env_usize("IMAGEWATCH_BENCH_SEED000", 27).max(1);
+        eprintln!("bench: seed 000, {count} ECR pushes through SQS to pull requests on Gitea …");
+        let name = format!("seed 000: {count} ECR pushes → SQS → pull requests on Gitea");
+        let rows = match imagewatch_e2e::seed000::run(count).await {
+            Ok(run) => {
+                let complete = run.pulls.len() == count && run.files.len() == count;
+                vec![Check::target(
+                    format!("{name}: all open after the last push event"),
+                    format!("{count} pull requests, none duplicated, ≤ 10 s"),
+                    format!("{} pull requests in {}", run.pulls.len(), secs(run.elapsed)),
+                    complete && run.elapsed.as_secs_f64() <= 10.0,
+                )]
+            }
             Err(e) => vec![failed(name, &e)],
         };
         eprint!("{}", render_table(&rows));
