@@ -414,9 +414,25 @@ impl Prepared<'_> {
             .await?)
     }
 
+    /// The digest to write for the watch's own choice `tag`, if one is needed. Writing
+    /// `image:tag` needs none: the scan's listing of `tag` already proves it exists, so no
+    /// manifest request is made. A pinned or followed digest, and a tag the listing does not
+    /// hold, go to the registry ([`Self::confirmed_digest`]).
+    async fn digest_to_write(
+        &self,
+        ctx: &Context,
+        tag: &str,
+    ) -> Result<Option<String>, ReconcileError> {
+        let mode = self.watch.spec.digest.unwrap_or_default();
+        if mode == DigestMode::Tag && self.scan.tags.iter().any(|t| t.tag == tag) {
+            return Ok(None);
+        }
+        self.confirmed_digest(ctx, tag).await.map(Some)
+    }
+
     /// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
     /// known; otherwise the time the registry lists, if any.
-    fn latest(&self, ctx: &Context, tag: &str, digest: &str) -> LatestImage {
+    fn latest(&self, ctx: &Context, tag: &str, digest: Option<&str>) -> LatestImage {
         let listed = self
             .scan
             .tags
@@ -429,14 +445,14 @@ impl Prepared<'_> {
         match appeared {
             Some(appeared) => LatestImage {
                 tag: tag.to_owned(),
-                digest: Some(digest.to_owned()),
+                digest: digest.map(str::to_owned),
                 pushed_at: None,
                 appeared_at: appeared.at.map(Time),
                 appeared_from: Some(appeared.source.as_str().to_owned()),
             },
             None => LatestImage {
                 tag: tag.to_owned(),
-                digest: Some(digest.to_owned()),
+                digest: digest.map(str::to_owned),
                 pushed_at: listed.map(Time),
                 appeared_at: None,
                 appeared_from: None,
@@ -547,11 +563,17 @@ impl Prepared<'_> {
         }
     }
 
-    /// The image reference to write for `tag`.
-    fn image_for(&self, tag: &str, digest: &str) -> String {
-        match self.watch.spec.digest.unwrap_or_default() {
-            DigestMode::Tag => format!("{}:{}", self.image, tag),
-            DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", self.image, tag, digest),
+    /// The image reference to write for `tag` (`digest` is required to pin or follow it).
+    fn image_for(&self, tag: &str, digest: Option<&str>) -> Result<String, ReconcileError> {
+        match (self.watch.spec.digest.unwrap_or_default(), digest) {
+            (DigestMode::Tag, _) => Ok(format!("{}:{}", self.image, tag)),
+            (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
+                Ok(format!("{}:{}@{}", self.image, tag, digest))
+            }
+            (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
+                "no digest of {}:{tag} to write",
+                self.image
+            ))),
         }
     }
 
@@ -752,9 +774,13 @@ async fn plan_member(
         .await?;
         let tag = me.own_choice()?;
         result.latest = Some(tag.clone());
-        let digest = me.confirmed_digest(ctx, &tag).await?;
-        me.write_request(ctx, me.image_for(&tag, &digest), Some(git.clone()))
-            .await
+        let digest = me.digest_to_write(ctx, &tag).await?;
+        me.write_request(
+            ctx,
+            me.image_for(&tag, digest.as_deref())?,
+            Some(git.clone()),
+        )
+        .await
     }
     .await;
     match planned {
@@ -808,7 +834,10 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let verify = verify_keys(watch, &me, ctx).await?;
     let pinned = spec.pin.as_deref().is_some_and(|p| !p.is_empty());
     let (tag, digest, refused) = match (&verify, &group) {
-        (Some(keys), None) if !pinned => me.verified_choice(ctx, keys).await?,
+        (Some(keys), None) if !pinned => {
+            let (tag, digest, refused) = me.verified_choice(ctx, keys).await?;
+            (tag, Some(digest), refused)
+        }
         (Some(keys), _) => {
             let tag = match &group {
                 Some(g) => g.tag.clone(),
@@ -820,22 +849,23 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             if let Some(first) = decision.refused.into_iter().next() {
                 return Err(ReconcileError::Signature(Box::new(first)));
             }
-            (tag, digest, None)
+            (tag, Some(digest), None)
         }
-        (None, _) => {
-            let tag = match &group {
-                Some(g) => g.tag.clone(),
-                None => me.own_choice()?,
-            };
-            let digest = me.confirmed_digest(ctx, &tag).await?;
+        (None, Some(g)) => {
+            let digest = me.confirmed_digest(ctx, &g.tag).await?;
+            (g.tag.clone(), Some(digest), None)
+        }
+        (None, None) => {
+            let tag = me.own_choice()?;
+            let digest = me.digest_to_write(ctx, &tag).await?;
             (tag, digest, None)
         }
     };
-    let latest = me.latest(ctx, &tag, &digest);
+    let latest = me.latest(ctx, &tag, digest.as_deref());
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
     let mine = me
-        .write_request(ctx, me.image_for(&tag, &digest), Some(git))
+        .write_request(ctx, me.image_for(&tag, digest.as_deref())?, Some(git))
         .await?;
     let write = match &group {
         Some(g) if !g.others.is_empty() => {
@@ -1015,7 +1045,7 @@ async fn group_choice(
             ))
         })?;
         requests.push(
-            p.write_request(ctx, p.image_for(&tag, &digest), None)
+            p.write_request(ctx, p.image_for(&tag, Some(&digest))?, None)
                 .await?,
         );
     }
