@@ -341,16 +341,19 @@ async fn run_peer() -> anyhow::Result<String> {
         );
         match peer::run(&peer, plan).await {
             Ok(result) => rows.extend(peer_rows(&result)),
-            Err(e) => rows.push([
-                plan_name(plan),
-                "scenario".into(),
-                format!(
-                    "failed: {}",
-                    format!("{e:#}").lines().next().unwrap_or_default()
-                ),
-                String::new(),
-                String::new(),
-            ]),
+            Err(e) => rows.push({
+                eprintln!("bench: side-by-side scenario failed: {e:#}");
+                [
+                    plan_name(plan),
+                    "scenario".into(),
+                    format!(
+                        "failed: {}",
+                        format!("{e:#}").lines().next().unwrap_or_default()
+                    ),
+                    String::new(),
+                    String::new(),
+                ]
+            }),
         }
         eprint!("{}", render_peer_table(&peer, &rows));
     }

@@ -44,7 +44,7 @@ use kube::{
 };
 
 use crate::{
-    common::{CREATE_CONCURRENCY, Setup, file_len, read_range, up_to_date},
+    common::{CREATE_CONCURRENCY, Setup, applied_tag, file_len, read_range},
     pushes::probe,
 };
 
@@ -358,9 +358,10 @@ pub async fn run(peer: &Peer, plan: PeerPlan) -> anyhow::Result<PeerResult> {
     setup
         .wait_watches(
             n,
-            "Ready=True UpToDate",
-            Duration::from_secs(600),
-            up_to_date,
+            "applied v1.0.0",
+            Duration::from_secs(300),
+            // The first reconcile writes the override file (Ready=True Updated).
+            |w| applied_tag(w) == Some("v1.0.0"),
         )
         .await?;
     wait_peer_matched(&updaters, n, &peer_process).await?;
@@ -512,7 +513,10 @@ fn start_peer(
     hook_token: &str,
     registries_conf: &Path,
 ) -> anyhow::Result<PeerProcess> {
-    let log = dir.join("peer.log");
+    // The log outlives the run (under the ground's state directory), for a look afterwards.
+    let logs = ground.state.join("bench-peer");
+    std::fs::create_dir_all(&logs)?;
+    let log = logs.join(format!("{ns}.log"));
     let out = std::fs::File::create(&log)?;
     let port = port.to_string();
     let child = Command::new(&peer.binary)
@@ -546,6 +550,8 @@ fn start_peer(
             "--loglevel",
             "info",
         ])
+        // controller-runtime reads its kubeconfig from KUBECONFIG, not from --kubeconfig.
+        .env("KUBECONFIG", &ground.kubeconfig)
         .env("HOME", dir)
         .env("TMPDIR", dir)
         .stdin(Stdio::null())
