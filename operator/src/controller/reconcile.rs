@@ -424,8 +424,11 @@ impl Prepared<'_> {
         tag: &str,
     ) -> Result<Option<String>, ReconcileError> {
         let mode = self.watch.spec.digest.unwrap_or_default();
-        if mode == DigestMode::Tag && self.scan.tags.iter().any(|t| t.tag == tag) {
-            return Ok(None);
+        if mode == DigestMode::Tag
+            && let Some(listed) = self.scan.tags.iter().find(|t| t.tag == tag)
+        {
+            // The digest the listing carried (ECR), if any, costs nothing.
+            return Ok(listed.digest.clone());
         }
         self.confirmed_digest(ctx, tag).await.map(Some)
     }
