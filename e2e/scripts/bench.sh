@@ -2,9 +2,11 @@
 # `just bench`: benchmarks on the test ground, printed as markdown tables.
 #
 # Builds the release operator, starts the test ground, and runs the benchmark driver
-# (e2e/benches/bench/) against it: push → commit latency for 1, 27 and 1,000 pushes, then
-# 10,000 ImageWatches over 1,000 repositories for one 5-minute cycle (about 20 minutes in
-# all on 2 cores). Sizes and scenarios: see the variables in e2e/benches/bench/main.rs, e.g.
+# (e2e/benches/bench/) against it: imagewatch beside Argo CD Image Updater when
+# IMAGEWATCH_BENCH_IU names its binary (built by peer-build.sh; skipped otherwise), push →
+# commit latency for 1, 27 and 1,000 pushes, then 50,000 ImageWatches over 5,000 repositories
+# for one 5-minute cycle. Sizes and scenarios: see the variables in
+# e2e/benches/bench/main.rs, e.g.
 #   IMAGEWATCH_BENCH=pushes IMAGEWATCH_BENCH_PUSHES=1,27 just bench
 #   IMAGEWATCH_BENCH=watches IMAGEWATCH_BENCH_WATCHES=1000 IMAGEWATCH_BENCH_REPOS=100 \
 #     IMAGEWATCH_BENCH_INTERVAL=1m just bench

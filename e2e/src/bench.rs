@@ -142,6 +142,8 @@ pub struct RegistryRequests {
     pub tag_lists: BTreeMap<String, u64>,
     /// `HEAD /v2/<repo>/manifests/<ref>`.
     pub manifest_heads: u64,
+    /// `GET /v2/<repo>/manifests/<ref>`.
+    pub manifest_gets: u64,
     /// Any other request.
     pub other: u64,
     /// Requests answered 401 (authentication challenges; not counted above).
@@ -166,12 +168,17 @@ impl RegistryRequests {
 /// other lines are skipped). Requests answered 401 are authentication challenges, counted
 /// apart.
 pub fn count_registry_requests(log: &str, user_agent: &str) -> RegistryRequests {
+    count_registry_requests_by(log, |agent| agent.starts_with(user_agent))
+}
+
+/// [`count_registry_requests`] of the clients whose `User-Agent` satisfies `client`.
+pub fn count_registry_requests_by(log: &str, client: impl Fn(&str) -> bool) -> RegistryRequests {
     let mut counts = RegistryRequests::default();
     for line in log.lines() {
         let Some((request, status, agent)) = access_log_fields(line) else {
             continue;
         };
-        if !agent.starts_with(user_agent) {
+        if !client(agent) {
             continue;
         }
         if status == "401" {
@@ -190,6 +197,7 @@ pub fn count_registry_requests(log: &str, user_agent: &str) -> RegistryRequests 
                 *counts.tag_lists.entry(repo).or_default() += 1;
             }
             ("HEAD", Some(name)) if name.contains("/manifests/") => counts.manifest_heads += 1,
+            ("GET", Some(name)) if name.contains("/manifests/") => counts.manifest_gets += 1,
             _ => counts.other += 1,
         }
     }
@@ -450,7 +458,8 @@ mod tests {
         assert_eq!(c.tag_list_total(), 3);
         assert_eq!(c.tag_list_max_per_repository(), 2);
         assert_eq!(c.manifest_heads, 1);
-        assert_eq!(c.other, 1);
+        assert_eq!(c.manifest_gets, 1);
+        assert_eq!(c.other, 0);
         assert_eq!(c.unauthorized, 2);
     }
 

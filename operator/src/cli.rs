@@ -109,7 +109,7 @@ pub struct RunArgs {
     #[arg(long, env = "IMAGEWATCH_BATCH_WINDOW", default_value = "1s", value_parser = parse_duration_arg)]
     pub batch_window: Duration,
     /// A batch is written early when no further edit arrived for this long.
-    #[arg(long, env = "IMAGEWATCH_BATCH_QUIET", default_value = "150ms", value_parser = parse_duration_arg)]
+    #[arg(long, env = "IMAGEWATCH_BATCH_QUIET", default_value = "20ms", value_parser = parse_duration_arg)]
     pub batch_quiet: Duration,
     /// A check that changes nothing may read the branch as fetched up to this long ago
     /// instead of fetching again; any edit is still planned and committed on a fresh fetch.

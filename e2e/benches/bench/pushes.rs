@@ -188,7 +188,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
             .filter(|i| watch(*i).3 == g)
             .map(|i| {
                 let (name, repo, stream, _) = watch(i);
-                expected.insert(manifest_path(&name), (i, format!("{stream}-v1.1.0")));
+                expected.insert(manifest_path(&name), (i, format!(":{stream}-v1.1.0\n")));
                 (
                     manifest_path(&name),
                     deployment(&name, &format!("{host}/{repo}:{stream}-v1.0.0")),
@@ -313,9 +313,9 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     })
 }
 
-/// Polls the bare repositories' `main` until every expected file (path → watch, tag) holds its
-/// tag or `deadline` passes; returns when each was first seen.
-fn probe(
+/// Polls the bare repositories' `main` until every expected file (path → sample, text) holds
+/// its text or `deadline` passes; returns when each was first seen.
+pub fn probe(
     dirs: Vec<PathBuf>,
     expected: Vec<HashMap<String, (usize, String)>>,
     n: usize,
@@ -349,14 +349,14 @@ fn probe(
                 let Some(path) = delta.new_file().path().and_then(|p| p.to_str()) else {
                     continue;
                 };
-                let Some((i, tag)) = expected[g].get(path) else {
+                let Some((i, needle)) = expected[g].get(path) else {
                     continue;
                 };
                 if seen.contains_key(i) {
                     continue;
                 }
                 let blob = repo.find_blob(delta.new_file().id())?;
-                if String::from_utf8_lossy(blob.content()).contains(&format!(":{tag}\n")) {
+                if String::from_utf8_lossy(blob.content()).contains(needle.as_str()) {
                     seen.insert(*i, now);
                 }
             }

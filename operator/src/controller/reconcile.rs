@@ -515,9 +515,28 @@ impl Prepared<'_> {
             .await?)
     }
 
+    /// The digest to write for the watch's own choice `tag`, if one is needed. Writing
+    /// `image:tag` needs none: the scan's listing of `tag` already proves it exists, so no
+    /// manifest request is made. A pinned or followed digest, and a tag the listing does not
+    /// hold, go to the registry ([`Self::confirmed_digest`]).
+    async fn digest_to_write(
+        &self,
+        ctx: &Context,
+        tag: &str,
+    ) -> Result<Option<String>, ReconcileError> {
+        let mode = self.watch.spec.digest.unwrap_or_default();
+        if mode == DigestMode::Tag
+            && let Some(listed) = self.scan.tags.iter().find(|t| t.tag == tag)
+        {
+            // The digest the listing carried (ECR), if any, costs nothing.
+            return Ok(listed.digest.clone());
+        }
+        self.confirmed_digest(ctx, tag).await.map(Some)
+    }
+
     /// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
     /// known; otherwise the time the registry lists, if any.
-    fn latest(&self, ctx: &Context, tag: &str, digest: &str) -> LatestImage {
+    fn latest(&self, ctx: &Context, tag: &str, digest: Option<&str>) -> LatestImage {
         let listed = self
             .scan
             .tags
@@ -530,14 +549,14 @@ impl Prepared<'_> {
         match appeared {
             Some(appeared) => LatestImage {
                 tag: tag.to_owned(),
-                digest: Some(digest.to_owned()),
+                digest: digest.map(str::to_owned),
                 pushed_at: None,
                 appeared_at: appeared.at.map(Time),
                 appeared_from: Some(appeared.source.as_str().to_owned()),
             },
             None => LatestImage {
                 tag: tag.to_owned(),
-                digest: Some(digest.to_owned()),
+                digest: digest.map(str::to_owned),
                 pushed_at: listed.map(Time),
                 appeared_at: None,
                 appeared_from: None,
@@ -630,7 +649,7 @@ impl Prepared<'_> {
         ctx: &Context,
         verify: Option<&VerifyKeys>,
         group_tag: Option<&str>,
-    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+    ) -> Result<(String, Option<String>, Option<crate::signature::Refused>), ReconcileError> {
         let pinned = self
             .watch
             .spec
@@ -639,12 +658,22 @@ impl Prepared<'_> {
             .is_some_and(|p| !p.is_empty());
         let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
         if let (VerifyMode::NewestVerified, Some(keys)) = (mode, verify) {
-            return self.verified_choice(ctx, keys).await;
+            let (tag, digest, refused) = self.verified_choice(ctx, keys).await?;
+            return Ok((tag, Some(digest), refused));
         }
         let tag = match group_tag {
             Some(tag) => tag.to_string(),
             None => self.own_choice()?,
         };
+        if mode == VerifyMode::Off {
+            // The watch's own choice needs a manifest request only where a digest is written
+            // or the listing does not hold it; a group's tag is confirmed in every member.
+            let digest = match group_tag {
+                Some(_) => Some(self.confirmed_digest(ctx, &tag).await?),
+                None => self.digest_to_write(ctx, &tag).await?,
+            };
+            return Ok((tag, digest, None));
+        }
         let digest = self.confirmed_digest(ctx, &tag).await?;
         if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
             let verdict = self.verdict(ctx, keys, &digest).await?;
@@ -653,7 +682,7 @@ impl Prepared<'_> {
                 return Err(ReconcileError::Signature(Box::new(first)));
             }
         }
-        Ok((tag, digest, None))
+        Ok((tag, Some(digest), None))
     }
 
     /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
@@ -693,11 +722,17 @@ impl Prepared<'_> {
         }
     }
 
-    /// The image reference to write for `tag`.
-    fn image_for(&self, tag: &str, digest: &str) -> String {
-        match self.watch.spec.digest.unwrap_or_default() {
-            DigestMode::Tag => format!("{}:{}", self.image, tag),
-            DigestMode::Pin | DigestMode::Follow => format!("{}:{}@{}", self.image, tag, digest),
+    /// The image reference to write for `tag` (`digest` is required to pin or follow it).
+    fn image_for(&self, tag: &str, digest: Option<&str>) -> Result<String, ReconcileError> {
+        match (self.watch.spec.digest.unwrap_or_default(), digest) {
+            (DigestMode::Tag, _) => Ok(format!("{}:{}", self.image, tag)),
+            (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
+                Ok(format!("{}:{}@{}", self.image, tag, digest))
+            }
+            (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
+                "no digest of {}:{tag} to write",
+                self.image
+            ))),
         }
     }
 
@@ -1084,8 +1119,12 @@ async fn plan_member(
         let (tag, digest, refused) = me.choose(ctx, verify, None).await?;
         result.latest = Some(tag.clone());
         result.refused = refused;
-        me.write_request(ctx, me.image_for(&tag, &digest), Some(git.clone()))
-            .await
+        me.write_request(
+            ctx,
+            me.image_for(&tag, digest.as_deref())?,
+            Some(git.clone()),
+        )
+        .await
     }
     .await;
     match planned {
@@ -1140,7 +1179,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let (tag, digest, refused) = me
         .choose(ctx, verify.as_ref(), group.as_ref().map(|g| g.tag.as_str()))
         .await?;
-    let latest = me.latest(ctx, &tag, &digest);
+    let latest = me.latest(ctx, &tag, digest.as_deref());
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
     let pr_settings = spec
@@ -1150,7 +1189,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         .filter(|_| !spec.is_suspended());
     let forge_url = git.url.clone();
     let mine = me
-        .write_request(ctx, me.image_for(&tag, &digest), Some(git))
+        .write_request(ctx, me.image_for(&tag, digest.as_deref())?, Some(git))
         .await?;
     if let Some(settings) = pr_settings {
         let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
@@ -1490,7 +1529,7 @@ async fn group_choice(
             ))
         })?;
         requests.push(
-            p.write_request(ctx, p.image_for(&tag, &digest), None)
+            p.write_request(ctx, p.image_for(&tag, Some(&digest))?, None)
                 .await?,
         );
     }

@@ -156,7 +156,7 @@ impl WriterOptions {
             author,
             push_attempts: 5,
             batch_window: Duration::from_secs(1),
-            batch_quiet: Duration::from_millis(150),
+            batch_quiet: Duration::from_millis(20),
             max_batch: 500,
             idle_timeout: Duration::from_secs(300),
             reuse_fetch: Duration::ZERO,
