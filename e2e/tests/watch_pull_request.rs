@@ -164,9 +164,12 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
             .contains(":v1.0.0")
     );
     let w = watch(&s.watches).await?;
-    assert_eq!(
-        condition(&w, "PullRequestOpen"),
-        Some(("True".into(), "Opened".into()))
+    // `Opened` by the reconcile that opened it, `Open` once a later reconcile found it
+    // unchanged (a status update or the next event may have run by now).
+    let open = condition(&w, "PullRequestOpen");
+    assert!(
+        matches!(&open, Some((status, reason)) if status == "True" && (reason == "Opened" || reason == "Open")),
+        "{open:?}"
     );
     assert!(
         w.metadata
@@ -232,9 +235,12 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
             .then_some(w))
     })
     .await?;
-    assert_eq!(
-        condition(&w, "PullRequestOpen"),
-        Some(("False".into(), "Closed".into()))
+    // `Closed` by the reconcile that closed it, `UpToDate` once a later one found nothing to
+    // propose (the close itself is checked by its Event and metric below).
+    let open = condition(&w, "PullRequestOpen");
+    assert!(
+        matches!(&open, Some((status, reason)) if status == "False" && (reason == "Closed" || reason == "UpToDate")),
+        "{open:?}"
     );
     let metrics = s.operator.metrics().await?;
     for action in ["opened", "updated", "closed"] {
