@@ -190,28 +190,6 @@ pub(super) async fn cancel_auto_merge(c: &ForgeClient, pr: &PullRequest) -> Resu
     .map(drop)
 }
 
-pub(super) async fn get(c: &ForgeClient, number: i64) -> Result<PullRequest, ForgeError> {
-    let answer = c
-        .call(
-            Method::GET,
-            &c.url(&format!("/repos/{}/pulls/{number}", c.repository)),
-            None,
-        )
-        .await?;
-    pull_request(&answer.body)
-}
-
-pub(super) async fn reopen(c: &ForgeClient, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
-    let answer = c
-        .call(
-            Method::PATCH,
-            &c.url(&format!("/repos/{}/pulls/{}", c.repository, pr.number)),
-            Some(&json!({"state": "open"})),
-        )
-        .await?;
-    pull_request(&answer.body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

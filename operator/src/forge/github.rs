@@ -205,28 +205,6 @@ fn graphql_errors(body: &Value) -> Result<(), ForgeError> {
     }
 }
 
-pub(super) async fn get(c: &ForgeClient, number: i64) -> Result<PullRequest, ForgeError> {
-    let answer = c
-        .call(
-            Method::GET,
-            &c.url(&format!("/repos/{}/pulls/{number}", c.repository)),
-            None,
-        )
-        .await?;
-    pull_request(&answer.body)
-}
-
-pub(super) async fn reopen(c: &ForgeClient, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
-    let answer = c
-        .call(
-            Method::PATCH,
-            &c.url(&format!("/repos/{}/pulls/{}", c.repository, pr.number)),
-            Some(&json!({"state": "open"})),
-        )
-        .await?;
-    pull_request(&answer.body)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -498,19 +498,43 @@ impl ForgeClient {
     /// One pull request by number, whatever its state.
     pub async fn get(&self, number: i64) -> Result<PullRequest, ForgeError> {
         match self.provider {
-            ForgeProvider::Github => github::get(self, number).await,
+            ForgeProvider::Github => self.rest_pull(number, None, github::pull_request).await,
             ForgeProvider::Gitlab => gitlab::get(self, number).await,
-            ForgeProvider::Gitea => gitea::get(self, number).await,
+            ForgeProvider::Gitea => self.rest_pull(number, None, gitea::pull_request).await,
         }
     }
 
     /// Reopens a closed (not merged) pull request.
     pub async fn reopen(&self, pr: &PullRequest) -> Result<PullRequest, ForgeError> {
+        let open = serde_json::json!({"state": "open"});
         match self.provider {
-            ForgeProvider::Github => github::reopen(self, pr).await,
+            ForgeProvider::Github => {
+                self.rest_pull(pr.number, Some(&open), github::pull_request)
+                    .await
+            }
             ForgeProvider::Gitlab => gitlab::reopen(self, pr).await,
-            ForgeProvider::Gitea => gitea::reopen(self, pr).await,
+            ForgeProvider::Gitea => {
+                self.rest_pull(pr.number, Some(&open), gitea::pull_request)
+                    .await
+            }
         }
+    }
+
+    /// `GET` (or, with `patch`, `PATCH`) `/repos/{owner}/{repo}/pulls/{number}`: GitHub and
+    /// Gitea share this resource; only how its answer reads differs (`parse`).
+    async fn rest_pull(
+        &self,
+        number: i64,
+        patch: Option<&serde_json::Value>,
+        parse: fn(&serde_json::Value) -> Result<PullRequest, ForgeError>,
+    ) -> Result<PullRequest, ForgeError> {
+        let method = match patch {
+            Some(_) => reqwest::Method::PATCH,
+            None => reqwest::Method::GET,
+        };
+        let path = format!("/repos/{}/pulls/{number}", self.repository);
+        let answer = self.call(method, &self.url(&path), patch).await?;
+        parse(&answer.body)
     }
 
     /// One open pull request for `new.head` → `new.base` with `new`'s title and body:
