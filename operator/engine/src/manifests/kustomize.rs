@@ -27,10 +27,10 @@
 
 use super::EditError;
 use super::edit::{ImageChange, Plan, PlannedEdit};
+use super::files::{find_file, join};
 use super::image_ref::ImageRef;
 use super::locate::ScalarToken;
 use super::patch::{Doc, Splice, Value, after_line, delete_lines, insert_lines, starts_line};
-use super::target::{find_file, join};
 use super::yaml::{NodeId, NodeKind};
 
 /// File names kustomize accepts, in its order of preference.

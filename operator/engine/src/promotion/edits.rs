@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::candidate::{Candidate, target_sites};
 use super::inventory::Inventory;
-use crate::git::FileEdit;
+use crate::edit::FileEdit;
 use crate::manifests::{ImageChange, TargetSpec, plan_edit};
 
 /// One place changed.

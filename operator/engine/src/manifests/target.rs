@@ -2,6 +2,7 @@
 //! of any of them: the controller's git writer reads the [`ReadScope`] of a target from the
 //! tree, then calls [`plan_edit`].
 
+use super::files::join;
 use super::{
     EditError, EditOptions, ImageChange, Plan, WorkloadTarget, argocd, helm, kustomize,
     plan_workload_edit, plan_workload_edit_with, setter, yaml,
@@ -72,35 +73,6 @@ impl TargetSpec {
             } => ReadScope::File(Self::argocd_file(path, application)),
         }
     }
-}
-
-/// `path` without empty and `.` components, `/`-separated (`./apps//web/`
-/// is `apps/web`). Used to match the caller's file names against target
-/// paths.
-pub(crate) fn normalize(path: &str) -> String {
-    path.split('/')
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-/// `dir/name`, normalized.
-pub(crate) fn join(dir: &str, name: &str) -> String {
-    normalize(&format!("{dir}/{name}"))
-}
-
-/// The file named `wanted` (compared after normalizing both names):
-/// its index, name as given, and contents.
-pub(crate) fn find_file<'f, 't, N: AsRef<str>>(
-    files: &'f [(N, &'t str)],
-    wanted: &str,
-) -> Option<(usize, &'f str, &'t str)> {
-    let wanted = normalize(wanted);
-    files
-        .iter()
-        .enumerate()
-        .find(|(_, (name, _))| normalize(name.as_ref()) == wanted)
-        .map(|(i, (name, text))| (i, name.as_ref(), *text))
 }
 
 impl TargetSpec {

@@ -1,7 +1,7 @@
 //! Golden tests of the whole edit flow: read the current tag from a fixture
 //! manifest, emit the edit, and compare with the expected file byte for byte.
 //!
-//! Fixtures live in `operator/tests/fixtures/manifests/` (`NAME.yaml` and
+//! Fixtures live in `operator/engine/tests/fixtures/manifests/` (`NAME.yaml` and
 //! `NAME.expected.yaml`); they are included by a path relative to this file
 //! so the tests also run from a scratch crate that mounts this module.
 

@@ -21,7 +21,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use granit_parser::{Event, Options, Parser, ScalarStyle as RawStyle, Span, StructureStyle, Tag};
 
 /// Index of a node in [`Stream::nodes`].
-pub(crate) type NodeId = usize;
+pub type NodeId = usize;
 
 /// Why a manifest file could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,7 +39,7 @@ pub enum YamlError {
 }
 
 #[derive(Debug)]
-pub(crate) enum NodeKind {
+pub enum NodeKind {
     Scalar {
         value: String,
         style: RawStyle,
@@ -54,7 +54,7 @@ pub(crate) enum NodeKind {
 }
 
 #[derive(Debug)]
-pub(crate) struct Node {
+pub struct Node {
     pub kind: NodeKind,
     /// Byte range reported by the parser (for scalars it includes any
     /// properties and the quotes). For block collections only the start is
@@ -69,7 +69,7 @@ pub(crate) struct Node {
 
 /// All documents of one YAML stream (one file).
 #[derive(Debug)]
-pub(crate) struct Stream {
+pub struct Stream {
     pub nodes: Vec<Node>,
     /// Root node of each document, in order.
     pub documents: Vec<NodeId>,
@@ -221,7 +221,7 @@ impl Stream {
 
 /// Result of looking up a key in a mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lookup {
+pub enum Lookup {
     Found(NodeId),
     Missing,
     /// YAML forbids duplicate keys, but the event parser does not enforce it;
@@ -231,7 +231,7 @@ pub(crate) enum Lookup {
 }
 
 /// Whether a scalar resolves to null under the YAML core schema.
-pub(crate) fn is_null(value: &str, style: RawStyle) -> bool {
+pub fn is_null(value: &str, style: RawStyle) -> bool {
     style == RawStyle::Plain && matches!(value, "" | "~" | "null" | "Null" | "NULL")
 }
 
@@ -282,7 +282,7 @@ impl CharToByte {
 /// The parser is a third-party state machine; a panic inside it on some
 /// malformed input must not take the operator down, so it is contained and
 /// reported like a syntax error.
-pub(crate) fn parse_stream(text: &str) -> Result<Stream, YamlError> {
+pub fn parse_stream(text: &str) -> Result<Stream, YamlError> {
     match catch_unwind(AssertUnwindSafe(|| build(text))) {
         Ok(result) => result,
         Err(_) => Err(YamlError::ParserPanicked),
@@ -445,7 +445,7 @@ fn render_tag(tag: &Tag) -> String {
 /// * for quoted scalars it ends after trailing blanks and a trailing comment
 ///   on the same line (`'v'  # note` is one span), so the closing quote is
 ///   found by scanning the token itself.
-pub(crate) fn scalar_token(text: &str, node: &Node) -> Option<Range<usize>> {
+pub fn scalar_token(text: &str, node: &Node) -> Option<Range<usize>> {
     let NodeKind::Scalar {
         has_properties,
         style,

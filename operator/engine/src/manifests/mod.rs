@@ -30,6 +30,7 @@
 
 mod argocd;
 pub mod edit;
+mod files;
 mod helm;
 pub mod image_ref;
 mod kustomize;
@@ -39,7 +40,7 @@ pub mod setimage;
 mod setter;
 pub mod target;
 pub mod workload;
-pub(crate) mod yaml;
+pub mod yaml;
 
 #[cfg(test)]
 mod golden_tests;

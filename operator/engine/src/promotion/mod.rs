@@ -21,8 +21,7 @@ pub mod gates;
 pub mod inventory;
 pub mod render;
 
-use imagewatch_crd::ImageWatch;
-use kube::ResourceExt;
+use imagewatch_crd::{ImageWatchSpec, ImageWatchStatus};
 
 pub use candidate::{
     Candidate, CandidateError, CandidateImage, CandidateInput, Origin, SourceImage,
@@ -45,21 +44,32 @@ pub struct SourceState {
     pub commits: Vec<String>,
 }
 
+/// What the source step reads of one selected ImageWatch: its name, spec and status (the
+/// controller passes the parts of the objects it listed).
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSource<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// Its spec.
+    pub spec: &'a ImageWatchSpec,
+    /// Its status, if it has one yet.
+    pub status: Option<&'a ImageWatchStatus>,
+}
+
 /// The source state of selected ImageWatches: each one's `status.applied` (image, commit,
 /// time). A watch that has applied nothing yet is an error naming it (the candidate would be
 /// incomplete).
-pub fn sources_from_watches(watches: &[ImageWatch]) -> Result<SourceState, String> {
+pub fn sources_from_watches(watches: &[WatchSource<'_>]) -> Result<SourceState, String> {
     if watches.is_empty() {
         return Err("from.watchSelector selects no ImageWatch in this namespace".into());
     }
     let mut state = SourceState::default();
-    let mut sorted: Vec<&ImageWatch> = watches.iter().collect();
-    sorted.sort_by_key(|w| w.name_any());
+    let mut sorted: Vec<&WatchSource<'_>> = watches.iter().collect();
+    sorted.sort_by_key(|w| w.name);
     for watch in sorted {
-        let label = format!("ImageWatch {}", watch.name_any());
+        let label = format!("ImageWatch {}", watch.name);
         let applied = watch
             .status
-            .as_ref()
             .and_then(|s| s.applied.as_ref())
             .ok_or_else(|| format!("{label} has not applied a tag yet"))?;
         let reference = applied
@@ -113,17 +123,19 @@ pub fn sources_from_inventory(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use imagewatch_crd::{AppliedImage, ImageWatchSpec, ImageWatchStatus};
+    use imagewatch_crd::AppliedImage;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn watch(name: &str, applied: Option<(&str, &str)>) -> ImageWatch {
+    /// An ImageWatch's name, spec and status.
+    type Watch = (String, ImageWatchSpec, Option<ImageWatchStatus>);
+
+    fn watch(name: &str, applied: Option<(&str, &str)>) -> Watch {
         let spec: ImageWatchSpec = serde_json::from_value(serde_json::json!({
             "image": "r.io/acct111/my-api",
             "target": {"workload": {"path": "p", "kind": "Deployment", "name": "a", "container": "c"}}
         }))
         .unwrap();
-        let mut w = ImageWatch::new(name, spec);
-        w.status = applied.map(|(image, commit)| ImageWatchStatus {
+        let status = applied.map(|(image, commit)| ImageWatchStatus {
             applied: Some(AppliedImage {
                 tag: image.rsplit(':').next().unwrap().to_string(),
                 image: Some(image.to_string()),
@@ -132,16 +144,24 @@ mod tests {
             }),
             ..Default::default()
         });
-        w
+        (name.to_string(), spec, status)
+    }
+
+    fn parts(w: &Watch) -> WatchSource<'_> {
+        WatchSource {
+            name: &w.0,
+            spec: &w.1,
+            status: w.2.as_ref(),
+        }
     }
 
     #[test]
     fn watches_give_images_times_and_commits() {
-        let state = sources_from_watches(&[
+        let (b, a) = (
             watch("b", Some(("r.io/acct111/my-api:v2", "c1"))),
             watch("a", Some(("r.io/acct111/my-api-worker:v2", "c1"))),
-        ])
-        .unwrap();
+        );
+        let state = sources_from_watches(&[parts(&b), parts(&a)]).unwrap();
         assert_eq!(state.images.len(), 2);
         assert_eq!(state.images[0].from, "ImageWatch a");
         assert_eq!(state.commits, vec!["c1".to_string()]);
@@ -150,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_watch_without_a_tag_holds_the_candidate_back() {
-        let err = sources_from_watches(&[watch("a", None)]).unwrap_err();
+        let err = sources_from_watches(&[parts(&watch("a", None))]).unwrap_err();
         assert!(err.contains("ImageWatch a has not applied"), "{err}");
         assert!(sources_from_watches(&[]).is_err());
     }

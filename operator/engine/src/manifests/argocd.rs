@@ -30,10 +30,10 @@
 
 use super::EditError;
 use super::edit::{ImageChange, Plan, PlannedEdit};
+use super::files::find_file;
 use super::image_ref::ImageRef;
 use super::locate::ScalarToken;
 use super::patch::{Doc, Layout, Splice, Value};
-use super::target::find_file;
 use super::yaml::{NodeId, NodeKind};
 
 /// The name a `kustomize edit set image` argument applies to.

@@ -25,7 +25,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::edit::{ImageChange, plan_workload_edit_with};
-use super::target::{ReadScope, TargetSpec, normalize, plan_edit_with};
+use super::files::normalize;
+use super::target::{ReadScope, TargetSpec, plan_edit_with};
 use super::{EditError, EditOptions, Warning, WorkloadTarget};
 
 /// What `set_image` did: `file` was rewritten from `old` to `new`

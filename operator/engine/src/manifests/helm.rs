@@ -18,9 +18,9 @@
 
 use super::EditError;
 use super::edit::{ImageChange, Plan, PlannedEdit};
+use super::files::find_file;
 use super::image_ref::ImageRef;
 use super::patch::Doc;
-use super::target::find_file;
 use super::yaml::{NodeId, NodeKind};
 
 /// One step of a key path.

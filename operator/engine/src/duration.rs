@@ -1,0 +1,59 @@
+//! Duration strings as written in specs and flags: `30s`, `5m`, `1h30m`, `250ms`, `1.5h`.
+
+use std::time::Duration;
+
+/// Parses a Go-style duration (units ms, s, m, h; one or more `<number><unit>` parts).
+/// Returns `None` for anything else, including an empty string.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        if num_end == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_end].parse().ok()?;
+        rest = &rest[num_end..];
+        let (factor, len) = if rest.starts_with("ms") {
+            (0.001, 2)
+        } else if rest.starts_with('s') {
+            (1.0, 1)
+        } else if rest.starts_with('m') {
+            (60.0, 1)
+        } else if rest.starts_with('h') {
+            (3600.0, 1)
+        } else {
+            return None;
+        };
+        total += value * factor;
+        rest = &rest[len..];
+    }
+    if !total.is_finite() || !(0.0..=1e9).contains(&total) {
+        return None;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_common_forms() {
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5h"), Some(Duration::from_secs(5400)));
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "5", "m", "5x", "-5s", "5 m", "1e3s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}

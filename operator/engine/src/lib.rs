@@ -1,0 +1,22 @@
+//! imagewatch-engine: the pure decisions of imagewatch, with no I/O of their own.
+//!
+//! The operator (`operator/src`) reads the registry, Git and the cluster, and hands what it read
+//! to the functions here: which tag a watch follows ([`policy`]), how a manifest changes to hold
+//! it ([`manifests`]), what a PromotionPolicy proposes and whether its gates let it
+//! ([`promotion`]), and the whole-file edits the git writer commits ([`edit`]).
+//!
+//! The crate depends on no tokio, kube, git2, reqwest, hyper, axum or AWS crate (it sees the
+//! resource types through `imagewatch-crd` without its `kube` feature), so the compiler keeps
+//! these decisions pure; `tests/purity.rs` fails when such a dependency appears.
+
+pub mod duration;
+pub mod edit;
+pub mod forge;
+pub mod group;
+pub mod manifests;
+pub mod members;
+pub mod pattern;
+pub mod policy;
+pub mod promotion;
+pub mod signature;
+pub mod status;

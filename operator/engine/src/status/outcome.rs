@@ -1,0 +1,206 @@
+//! What a reconcile found and did, as the status step receives it. The operator fills these
+//! from its registry, Git and forge calls; the status is built from them alone.
+//!
+//! The failures are the operator's own error type, seen through [`Failure`]: its condition
+//! reason, its message and whether it lasts until something changes.
+
+use std::fmt;
+
+use imagewatch_crd::LatestImage;
+
+use crate::forge::PullRequest;
+use crate::signature::Refused;
+
+/// A failure as the status reports it.
+pub trait Failure: fmt::Display {
+    /// The `Ready` reason (low cardinality).
+    fn reason(&self) -> &'static str;
+    /// Whether it lasts until the spec or the cluster changes (no retry before the interval).
+    fn is_stalled(&self) -> bool;
+    /// The tag refused for its signature, when that is the failure.
+    fn refused(&self) -> Option<&Refused> {
+        None
+    }
+}
+
+/// What Git holds and what was done, for one intent.
+#[derive(Debug, Clone)]
+pub struct WriteResult {
+    /// File holding the image.
+    pub file: String,
+    /// Image in Git before this write.
+    pub current_before: String,
+    /// Image in Git after this write (equals `current_before` when nothing was written).
+    pub current_after: String,
+    /// Image the watch wants.
+    pub desired: String,
+    /// Whether Git differs from what the watch wants (only meaningful for a dry run).
+    pub changed_needed: bool,
+    /// The commit holding this intent's edit, when this write made one (shared by every
+    /// intent of the batch).
+    pub commit: Option<String>,
+    /// Head of the written branch after this write (the push branch in push-branch mode, when
+    /// it exists).
+    pub head: String,
+    /// Fetch/commit/push rounds (1 unless a push was rejected).
+    pub attempts: u32,
+}
+
+/// What was done with the pull request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrAction {
+    /// Opened a new one.
+    Opened,
+    /// Changed the open one (title, body; its branch was pushed).
+    Updated,
+    /// The open one was already right.
+    Unchanged,
+    /// Closed the open one: `branch` already holds the tag.
+    Closed,
+    /// `branch` holds the tag and no pull request is open.
+    NotNeeded,
+}
+
+impl PrAction {
+    /// Metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Opened => "opened",
+            Self::Updated => "updated",
+            Self::Unchanged => "unchanged",
+            Self::Closed => "closed",
+            Self::NotNeeded => "not_needed",
+        }
+    }
+
+    /// The Event reason, for actions worth one.
+    pub fn event_reason(self) -> Option<&'static str> {
+        match self {
+            Self::Opened => Some("PullRequestOpened"),
+            Self::Updated => Some("PullRequestUpdated"),
+            Self::Closed => Some("PullRequestClosed"),
+            Self::Unchanged | Self::NotNeeded => None,
+        }
+    }
+
+    /// The `PullRequestOpen` condition reason.
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            Self::Opened => "Opened",
+            Self::Updated => "Updated",
+            Self::Unchanged => "Open",
+            Self::Closed => "Closed",
+            Self::NotNeeded => "UpToDate",
+        }
+    }
+}
+
+/// The pull request step of one reconcile.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    /// The pull request acted on (open, or just closed).
+    pub pull_request: Option<PullRequest>,
+    /// What was done.
+    pub action: PrAction,
+    /// Tag proposed (or held by `branch`).
+    pub tag: String,
+    /// Head branch.
+    pub branch: String,
+    /// Label and auto-merge problems (the pull request stands).
+    pub warnings: Vec<String>,
+}
+
+/// What a successful reconcile of a watch of one repository found and did.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The tag chosen.
+    pub latest: LatestImage,
+    /// The writer's answer (none when nothing was handed to it).
+    pub write: Option<WriteResult>,
+    /// Whether `spec.suspend` made the write a dry run.
+    pub suspended: bool,
+    /// Group members still missing a newer tag (`WaitingForGroup`).
+    pub waiting: Option<String>,
+    /// With `spec.verify`: the newest better tag refused for its signature.
+    pub refused: Option<Box<Refused>>,
+    /// With `spec.git.pullRequest`: what was done with the pull request.
+    pub pull_request: Option<Delivered>,
+}
+
+/// What one reconcile found and did for one member of a pattern watch.
+#[derive(Debug)]
+pub struct MemberResult<E> {
+    /// Repository path inside the registry.
+    pub repository: String,
+    /// What the `*`s matched.
+    pub captures: Vec<String>,
+    /// The tag chosen for it, when one was.
+    pub latest: Option<String>,
+    /// With `spec.verify`: the newest better tag of this member refused for its signature,
+    /// while an older verified one is written.
+    pub refused: Option<Refused>,
+    /// The writer's answer, or why the member could not get that far.
+    pub outcome: Result<WriteResult, E>,
+    /// With `spec.git.pullRequest` per member: what was done with its pull request.
+    pub pull_request: Option<Delivered>,
+}
+
+/// What one reconcile of a pattern watch found and did.
+#[derive(Debug)]
+pub struct PatternOutcome<E> {
+    /// `spec.image`.
+    pub image: String,
+    /// Repositories the registry listed.
+    pub listed: usize,
+    /// One result per matching repository, sorted by repository.
+    pub members: Vec<MemberResult<E>>,
+    /// Whether `spec.suspend` made every write a dry run.
+    pub suspended: bool,
+    /// With `spec.git.pullRequest` and `perMember: false`: the one pull request for all.
+    pub pull_request: Option<Delivered>,
+}
+
+impl<E: Failure> PatternOutcome<E> {
+    /// Whether a member failed for a reason that may pass by itself (registry, Git), so the
+    /// watch should be retried before its interval.
+    pub fn has_transient_failure(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.outcome.as_ref().is_err_and(|e| !e.is_stalled()))
+    }
+}
+
+impl<E> PatternOutcome<E> {
+    /// Members whose write made a commit.
+    pub fn committed(&self) -> impl Iterator<Item = (&MemberResult<E>, &WriteResult)> {
+        self.members.iter().filter_map(|m| match &m.outcome {
+            Ok(w) if w.commit.is_some() => Some((m, w)),
+            _ => None,
+        })
+    }
+}
+
+/// What a successful reconcile found and did.
+// One value per reconcile, moved once into the status: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Reconciled<E> {
+    /// A watch of one repository.
+    Single(Outcome),
+    /// A pattern watch: one result per matching repository.
+    Pattern(PatternOutcome<E>),
+}
+
+impl<E> Reconciled<E> {
+    /// The `outcome` label of `imagewatch_reconciles_total`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Reconciled::Single(_) => "ok",
+            Reconciled::Pattern(p) if p.members.is_empty() => "no_matching_repositories",
+            Reconciled::Pattern(p) if p.members.iter().any(|m| m.outcome.is_err()) => {
+                "members_not_ready"
+            }
+            Reconciled::Pattern(_) => "ok",
+        }
+    }
+}
