@@ -1,6 +1,9 @@
 //! Fields shared by both resources: Secret references and the Git location to write to.
 
+#[cfg(feature = "kube")]
 use kube::KubeSchema;
+#[cfg(not(feature = "kube"))]
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// CEL rule of a Secret name: a DNS subdomain (RFC 1123), as Kubernetes names Secrets.
@@ -14,25 +17,29 @@ pub const GIT_URL_RULE: &str = "self.matches('^(https|ssh)://([^@/\\\\s]+@)?[A-Z
 
 /// A Secret in the same namespace as the object that names it. Cross-namespace references are
 /// not allowed: a team can only use credentials it can already read.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     /// Name of the Secret, in the same namespace as this object: a DNS subdomain name
     /// (lower-case letters, digits, `-` and `.`), never a path or `namespace/name`.
-    #[x_kube(validation = kube::core::Rule::new(SECRET_NAME_RULE).message("secretRef.name must be the name of a Secret in this namespace: a DNS subdomain name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit); paths and other namespaces' Secrets are refused"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new(SECRET_NAME_RULE).message("secretRef.name must be the name of a Secret in this namespace: a DNS subdomain name (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit); paths and other namespaces' Secrets are refused")))]
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
 
 /// Where in Git the desired state lives and how to write to it.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
     /// Repository URL: `https://…` (token or basic auth) or `ssh://git@host/…` /
     /// `git@host:…` (SSH key with known_hosts). Plain `http://` is refused (it sends the
     /// credentials in the clear); so are `file://`, local paths and other transports
     /// (`ext::`, `git://`, …): they would read the operator's own disk or run commands.
-    #[x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, ssh://[user@]host/… or user@host:path; http:// (credentials and content in the clear), file://, local paths and other transports (ext::, git://, …) are refused"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new(GIT_URL_RULE).message("url must be https://host/…, ssh://[user@]host/… or user@host:path; http:// (credentials and content in the clear), file://, local paths and other transports (ext::, git://, …) are refused")))]
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
     /// Branch to commit to. Defaults to `main`.
@@ -63,7 +70,9 @@ pub struct GitSource {
 }
 
 /// The pull request of an ImageWatch's push branch.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GitPullRequest {
     /// `github`, `gitlab` or `gitea`.
@@ -115,7 +124,9 @@ impl GitSource {
 }
 
 /// Signatures an image must carry before its tag is written.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Verify {
     /// cosign signatures: the classic `sha256-<digest>.sig` tag or a Sigstore bundle stored
@@ -124,8 +135,10 @@ pub struct Verify {
 }
 
 /// Which cosign signatures are trusted. Exactly one field is set.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = kube::core::Rule::new("has(self.secretRef) != has(self.keyless)").message("exactly one of verify.cosign.secretRef and verify.cosign.keyless must be set"))]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("has(self.secretRef) != has(self.keyless)").message("exactly one of verify.cosign.secretRef and verify.cosign.keyless must be set")))]
 #[serde(rename_all = "camelCase")]
 pub struct CosignVerify {
     /// A Secret in this namespace whose data values hold PEM ECDSA P-256 public keys
@@ -140,7 +153,9 @@ pub struct CosignVerify {
 }
 
 /// The identity a keyless signature's certificate must name.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct KeylessVerify {
     /// OIDC issuer of the signer's certificate.
@@ -154,7 +169,9 @@ pub struct KeylessVerify {
 }
 
 /// A newer tag that was not written because its signature does not verify.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RefusedTag {
     /// The tag.

@@ -5,6 +5,7 @@
 //! watches on the same image with different rules drive two workloads independently.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+#[cfg(feature = "kube")]
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -13,65 +14,70 @@ use crate::common::{GitSource, RefusedTag, SecretRef, Verify};
 
 /// Follow new tags of one container image and write the chosen tag into one place in a Git
 /// repository of manifests.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "imagewatch.dev",
-    version = "v1alpha1",
-    kind = "ImageWatch",
-    namespaced,
-    status = "ImageWatchStatus",
-    shortname = "iw",
-    category = "imagewatch-all",
-    derive = "PartialEq",
-    doc = "Follows new tags of one container image and writes the chosen tag into one place in a Git repository of manifests.",
-    printcolumn(
-        name = "Image",
-        type_ = "string",
-        json_path = ".spec.image",
-        description = "Watched image repository"
-    ),
-    printcolumn(
-        name = "Pattern",
-        type_ = "string",
-        json_path = ".spec.tags.pattern",
-        description = "Tag pattern"
-    ),
-    printcolumn(
-        name = "Latest",
-        type_ = "string",
-        json_path = ".status.latest.tag",
-        description = "Newest tag matching the rules"
-    ),
-    printcolumn(
-        name = "Applied",
-        type_ = "string",
-        json_path = ".status.applied.tag",
-        description = "Tag written to Git"
-    ),
-    printcolumn(
-        name = "Members",
-        type_ = "integer",
-        json_path = ".status.memberCount",
-        description = "Repositories matching a pattern image",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "PR",
-        type_ = "string",
-        json_path = ".status.pullRequest.url",
-        description = "Pull request of the push branch (spec.git.pullRequest)",
-        priority = "1"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Ready condition"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    derive(CustomResource, KubeSchema),
+    kube(
+        group = "imagewatch.dev",
+        version = "v1alpha1",
+        kind = "ImageWatch",
+        namespaced,
+        status = "ImageWatchStatus",
+        shortname = "iw",
+        category = "imagewatch-all",
+        derive = "PartialEq",
+        doc = "Follows new tags of one container image and writes the chosen tag into one place in a Git repository of manifests.",
+        printcolumn(
+            name = "Image",
+            type_ = "string",
+            json_path = ".spec.image",
+            description = "Watched image repository"
+        ),
+        printcolumn(
+            name = "Pattern",
+            type_ = "string",
+            json_path = ".spec.tags.pattern",
+            description = "Tag pattern"
+        ),
+        printcolumn(
+            name = "Latest",
+            type_ = "string",
+            json_path = ".status.latest.tag",
+            description = "Newest tag matching the rules"
+        ),
+        printcolumn(
+            name = "Applied",
+            type_ = "string",
+            json_path = ".status.applied.tag",
+            description = "Tag written to Git"
+        ),
+        printcolumn(
+            name = "Members",
+            type_ = "integer",
+            json_path = ".status.memberCount",
+            description = "Repositories matching a pattern image",
+            priority = "1"
+        ),
+        printcolumn(
+            name = "PR",
+            type_ = "string",
+            json_path = ".status.pullRequest.url",
+            description = "Pull request of the push branch (spec.git.pullRequest)",
+            priority = "1"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+            description = "Ready condition"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -85,8 +91,8 @@ pub struct ImageWatchSpec {
     /// other registries: `GET /v2/_catalog`) and writes each one's tag into its own target:
     /// `$1`..`$n` (or `${1}`) in the target's fields stand for what the `*`s matched, in
     /// order, and `$$` for a `$`. A pattern names its registry host, which holds no `*`.
-    #[x_kube(validation = Rule::new("!self.contains('@') && !self.matches(':[^/]*$')").message("image must be a repository without tag or digest (put tag rules in spec.tags)"))]
-    #[x_kube(validation = Rule::new("!self.contains('*') || (self.split('/').size() >= 2 && (self.split('/')[0].contains('.') || self.split('/')[0].contains(':') || self.split('/')[0] == 'localhost') && !self.split('/')[0].contains('*') && self.split('/').all(s, s == '*' || !s.contains('*')))").message("a '*' in image stands for one whole path segment of the repository (e.g. registry.example.com/team/*/api): the image must start with its registry host, which holds no '*', and a segment is either '*' or has no '*'"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.contains('@') && !self.matches(':[^/]*$')").message("image must be a repository without tag or digest (put tag rules in spec.tags)")))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.contains('*') || (self.split('/').size() >= 2 && (self.split('/')[0].contains('.') || self.split('/')[0].contains(':') || self.split('/')[0] == 'localhost') && !self.split('/')[0].contains('*') && self.split('/').all(s, s == '*' || !s.contains('*')))").message("a '*' in image stands for one whole path segment of the repository (e.g. registry.example.com/team/*/api): the image must start with its registry host, which holds no '*', and a segment is either '*' or has no '*'")))]
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
 
@@ -117,7 +123,7 @@ pub struct ImageWatchSpec {
 
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.
-    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h")))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
     pub interval: Option<String>,
@@ -152,8 +158,10 @@ pub struct ImageWatchSpec {
 }
 
 /// Which tags are candidates and how the best one is chosen.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
-#[x_kube(validation = Rule::new("!has(self.pick) || self.pick == 'Highest' || (has(self.order) && (self.order == 'Alphabetical' || self.order == 'Numerical'))").message("tags.pick: Lowest applies only to order Alphabetical or Numerical"))]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!has(self.pick) || self.pick == 'Highest' || (has(self.order) && (self.order == 'Alphabetical' || self.order == 'Numerical'))").message("tags.pick: Lowest applies only to order Alphabetical or Numerical")))]
 #[serde(rename_all = "camelCase")]
 pub struct TagRules {
     /// Candidate tags: a glob (`canary-*`, the default kind; also written `glob:canary-*`),
@@ -162,7 +170,7 @@ pub struct TagRules {
     /// 1.2.x, `semver:~1.4 || ^2`). Omitted: every tag. Signature and attestation tags
     /// (`sha256-<digest>.sig`, `.att`, `.sbom`, `sha256-<digest>`) are never candidates
     /// unless the pattern contains `sha256-`.
-    #[x_kube(validation = Rule::new("!self.contains(':') || self.startsWith('glob:') || self.startsWith('regex:') || self.startsWith('semver:')").message("pattern prefix must be glob:, regex: or semver: (or none, for a glob)"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.contains(':') || self.startsWith('glob:') || self.startsWith('regex:') || self.startsWith('semver:')").message("pattern prefix must be glob:, regex: or semver: (or none, for a glob)")))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     pub pattern: Option<String>,
@@ -226,7 +234,9 @@ pub enum DigestMode {
 }
 
 /// Registry credentials.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RegistryCredentials {
     /// `generic` (a dockerconfigjson Secret or anonymous) or `aws` (ECR through the operator's
@@ -250,8 +260,10 @@ pub enum RegistryProvider {
 }
 
 /// The place in Git that holds the tag. Exactly one field is set.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("[has(self.workload), has(self.kustomize), has(self.helm), has(self.argocdSource)].filter(x, x).size() == 1").message("exactly one of target.workload, target.kustomize, target.helm, target.argocdSource must be set"))]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("[has(self.workload), has(self.kustomize), has(self.helm), has(self.argocdSource)].filter(x, x).size() == 1").message("exactly one of target.workload, target.kustomize, target.helm, target.argocdSource must be set")))]
 #[serde(rename_all = "camelCase")]
 pub struct Target {
     /// A container (or initContainer) of one workload in the YAML files under `path`.
@@ -269,11 +281,13 @@ pub struct Target {
 }
 
 /// A workload's container, found by kind, name and container name.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadTarget {
     /// Directory in the repository searched (recursively) for YAML files, e.g. `apps/my-api/overlays/stg`.
-    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(max = 1024))]
     pub path: String,
     /// Workload kind: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or Pod.
@@ -294,7 +308,9 @@ pub struct WorkloadTarget {
 }
 
 /// A kustomization `images[]` entry.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct KustomizeTarget {
     /// Directory holding `kustomization.yaml`.
@@ -308,7 +324,9 @@ pub struct KustomizeTarget {
 }
 
 /// A Helm values file and the key path of the tag.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmTarget {
     /// Values file, relative to the repository root.
@@ -320,7 +338,9 @@ pub struct HelmTarget {
 }
 
 /// Argo CD's `.argocd-source-<application>.yaml` parameter override file.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ArgocdSourceTarget {
     /// Directory of the Application's source.
@@ -337,7 +357,9 @@ pub struct ArgocdSourceTarget {
 }
 
 /// Observed state of an ImageWatch.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageWatchStatus {
     /// The generation of the spec this status describes.
@@ -375,7 +397,9 @@ pub struct ImageWatchStatus {
 }
 
 /// The pull request of a watch's push branch.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WatchPullRequest {
     /// Number (GitLab: IID).
@@ -392,7 +416,9 @@ pub struct WatchPullRequest {
 }
 
 /// One repository matching a pattern image, and what Git holds for its target.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {
     /// Repository path inside the registry, e.g. `hoge/billing/api/stg`.
@@ -426,7 +452,9 @@ pub struct MemberStatus {
 }
 
 /// The best tag found in the registry.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LatestImage {
     /// Tag.
@@ -450,7 +478,9 @@ pub struct LatestImage {
 }
 
 /// What Git holds for the target.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedImage {
     /// Tag in Git.

@@ -4,6 +4,11 @@
 //! This crate does no I/O. The operator, the CLI and the tests share these types; the CRD YAML
 //! in `charts/imagewatch/crds/` is generated from them (`imagewatch crds`, `just generate`) and a
 //! test fails when the committed files drift.
+//!
+//! The default feature `kube` adds the resource objects (`ImageWatch`, `PromotionPolicy`, from
+//! `#[derive(CustomResource)]`), the CEL validation rules and CRD generation. Without it the
+//! crate holds only the spec, status and condition types, with no kube dependency: the pure
+//! core `imagewatch-engine` uses it that way.
 
 // `#[kube(printcolumn(...))]` repeats its keys once per column by design.
 #![allow(clippy::duplicated_attributes)]
@@ -16,14 +21,19 @@ pub mod promotion;
 pub use common::{
     CosignVerify, GitPullRequest, GitSource, KeylessVerify, RefusedTag, SecretRef, Verify,
 };
+#[cfg(feature = "kube")]
+pub use imagewatch::ImageWatch;
 pub use imagewatch::{
-    AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatch, ImageWatchSpec,
-    ImageWatchStatus, KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider,
-    TagOrder, TagPick, TagRules, Target, WatchPullRequest, WorkloadTarget,
+    AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatchSpec, ImageWatchStatus,
+    KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider, TagOrder, TagPick,
+    TagRules, Target, WatchPullRequest, WorkloadTarget,
 };
-pub use promotion::{PromotionPolicy, PromotionPolicySpec, PromotionPolicyStatus};
+#[cfg(feature = "kube")]
+pub use promotion::PromotionPolicy;
+pub use promotion::{PromotionPolicySpec, PromotionPolicyStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+#[cfg(feature = "kube")]
 use kube::CustomResourceExt;
 
 /// API group of every imagewatch resource.
@@ -38,6 +48,7 @@ pub const FIELD_MANAGER: &str = "imagewatch";
 pub const CATEGORY: &str = "imagewatch-all";
 
 /// Both CustomResourceDefinitions, in a stable order, with descriptions as paragraphs.
+#[cfg(feature = "kube")]
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![ImageWatch::crd(), PromotionPolicy::crd()]
         .into_iter()
@@ -48,6 +59,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 /// Rewrites every schema `description` with [`paragraphs`]. The descriptions come from `///`
 /// comments, which are wrapped at the source's line width; `kubectl explain` wraps text itself,
 /// and a hard break inside a sentence shows as a ragged line there.
+#[cfg(feature = "kube")]
 fn with_paragraph_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     fn walk(value: &mut serde_json::Value) {
         match value {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+#[cfg(feature = "kube")]
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -12,60 +13,65 @@ use crate::common::{GitSource, SecretRef, Verify};
 
 /// Proposes what a source stage runs to a target stage, with image references rewritten,
 /// a release's tags aligned, and gates checked first.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[kube(
-    group = "imagewatch.dev",
-    version = "v1alpha1",
-    kind = "PromotionPolicy",
-    namespaced,
-    status = "PromotionPolicyStatus",
-    shortname = "pp",
-    category = "imagewatch-all",
-    derive = "PartialEq",
-    doc = "Proposes what a source stage runs to a target stage, behind gates, by commit or pull request.",
-    printcolumn(
-        name = "From",
-        type_ = "string",
-        json_path = ".status.source",
-        description = "Source of the candidate"
-    ),
-    printcolumn(
-        name = "To",
-        type_ = "string",
-        json_path = ".spec.to.path",
-        description = "Target path"
-    ),
-    printcolumn(
-        name = "Candidate",
-        type_ = "string",
-        json_path = ".status.candidateSummary",
-        description = "Images proposed"
-    ),
-    printcolumn(
-        name = "Gates",
-        type_ = "string",
-        json_path = ".status.gatesSummary",
-        description = "Gates passed / total"
-    ),
-    printcolumn(
-        name = "PR",
-        type_ = "string",
-        json_path = ".status.pullRequest.url",
-        description = "Open pull request"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
-        description = "Ready condition"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    derive(CustomResource, KubeSchema),
+    kube(
+        group = "imagewatch.dev",
+        version = "v1alpha1",
+        kind = "PromotionPolicy",
+        namespaced,
+        status = "PromotionPolicyStatus",
+        shortname = "pp",
+        category = "imagewatch-all",
+        derive = "PartialEq",
+        doc = "Proposes what a source stage runs to a target stage, behind gates, by commit or pull request.",
+        printcolumn(
+            name = "From",
+            type_ = "string",
+            json_path = ".status.source",
+            description = "Source of the candidate"
+        ),
+        printcolumn(
+            name = "To",
+            type_ = "string",
+            json_path = ".spec.to.path",
+            description = "Target path"
+        ),
+        printcolumn(
+            name = "Candidate",
+            type_ = "string",
+            json_path = ".status.candidateSummary",
+            description = "Images proposed"
+        ),
+        printcolumn(
+            name = "Gates",
+            type_ = "string",
+            json_path = ".status.gatesSummary",
+            description = "Gates passed / total"
+        ),
+        printcolumn(
+            name = "PR",
+            type_ = "string",
+            json_path = ".status.pullRequest.url",
+            description = "Open pull request"
+        ),
+        printcolumn(
+            name = "Ready",
+            type_ = "string",
+            json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+            description = "Ready condition"
+        ),
+        printcolumn(
+            name = "Age",
+            type_ = "date",
+            json_path = ".metadata.creationTimestamp"
+        )
     )
 )]
-#[x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'Commit') || has(self.pullRequest)").message("spec.pullRequest is required in mode PullRequest (the default)"))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'Commit') || has(self.pullRequest)").message("spec.pullRequest is required in mode PullRequest (the default)")))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionPolicySpec {
     /// Where the candidate comes from.
@@ -93,7 +99,7 @@ pub struct PromotionPolicySpec {
     /// How often gates are evaluated again when nothing else changes (a soak ending, an
     /// Application becoming healthy), e.g. `1m`. Between 10s and 24h. Defaults to 1m.
     /// Changes of the source ImageWatches are acted on at once.
-    #[x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h")))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
     pub interval: Option<String>,
@@ -115,8 +121,10 @@ impl PromotionPolicySpec {
 }
 
 /// The source of a candidate. Exactly one field is set.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
-#[x_kube(validation = Rule::new("has(self.watchSelector) != has(self.path)").message("exactly one of from.watchSelector and from.path must be set"))]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("has(self.watchSelector) != has(self.path)").message("exactly one of from.watchSelector and from.path must be set")))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionSource {
     /// ImageWatches in this namespace whose applied tags form the candidate.
@@ -137,7 +145,9 @@ pub struct PromotionSource {
 }
 
 /// The target of a promotion.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionTarget {
     /// Git repository (its `pushBranch` is not used: pull requests always come from
@@ -146,7 +156,7 @@ pub struct PromotionTarget {
     pub git: Option<GitSource>,
     /// Directory (overlay) whose image references are updated, relative to the repository
     /// root. Every place in it holding a promoted image is updated.
-    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(min = 1, max = 1024))]
     pub path: String,
     /// Branch the change is proposed to (the pull request's base). Defaults to
@@ -164,7 +174,9 @@ pub struct PromotionTarget {
 }
 
 /// One prefix rewrite.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageRewrite {
     /// Prefix to replace.
@@ -176,7 +188,9 @@ pub struct ImageRewrite {
 }
 
 /// Tag alignment within a release.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AlignTags {
     /// Image (last path segment, e.g. `my-api`) whose tag is authoritative.
@@ -187,14 +201,16 @@ pub struct AlignTags {
 }
 
 /// Gates checked before a promotion.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Gates {
     /// Every promoted reference (after rewrite) must exist in its registry (manifest HEAD).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_exists: Option<bool>,
     /// The candidate must have been applied in the source for at least this long, e.g. `30m`.
-    #[x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("soak must be a duration such as 30m"))]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("soak must be a duration such as 30m")))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
     pub soak: Option<String>,
@@ -215,7 +231,9 @@ pub struct Gates {
 }
 
 /// An Argo CD Application.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationRef {
     /// Application name.
@@ -237,7 +255,9 @@ pub enum PromotionMode {
 }
 
 /// Pull request settings.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PullRequestSettings {
     /// `github`, `gitlab` or `gitea`.
@@ -280,7 +300,9 @@ pub enum ForgeProvider {
 }
 
 /// Observed state of a PromotionPolicy.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionPolicyStatus {
     /// The generation of the spec this status describes.
@@ -317,7 +339,9 @@ pub struct PromotionPolicyStatus {
 }
 
 /// One promoted image.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotedImage {
     /// Image name (last path segment).
@@ -332,7 +356,9 @@ pub struct PromotedImage {
 }
 
 /// One gate's result.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GateStatus {
     /// Gate name: imageExists, soak, application, approval.
@@ -345,7 +371,9 @@ pub struct GateStatus {
 }
 
 /// A pull request.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PullRequestRef {
     /// Web URL.
@@ -357,7 +385,9 @@ pub struct PullRequestRef {
 }
 
 /// A past promotion.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Promotion {
     /// Image name → tag promoted.

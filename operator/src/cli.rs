@@ -5,7 +5,14 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
-use crate::manifests::{self, ImageChange, TargetSpec, WorkloadTarget};
+use crate::{
+    config::{
+        AuthorConfig, Config, ControllersConfig, KubeConfig, PromotionConfig, RegistryConfig,
+        ScanConfig, ShardConfig, SourcesConfig, SqsConfig, TelemetryConfig, WebhookConfig,
+        WriterConfig,
+    },
+    manifests::{self, ImageChange, TargetSpec, WorkloadTarget},
+};
 
 /// Moves new container image tags into GitOps manifest repositories.
 ///
@@ -53,6 +60,15 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+impl From<LogFormat> for crate::config::LogFormat {
+    fn from(format: LogFormat) -> Self {
+        match format {
+            LogFormat::Text => Self::Text,
+            LogFormat::Json => Self::Json,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -121,10 +137,10 @@ pub struct RunArgs {
     #[arg(
         long,
         env = "IMAGEWATCH_COMMIT_TEMPLATE",
-        default_value = crate::controller::writer::DEFAULT_COMMIT_TEMPLATE,
-        value_parser = parse_commit_template
+        default_value = crate::writer::DEFAULT_COMMIT_TEMPLATE,
+        value_parser = check_commit_template
     )]
-    pub commit_template: crate::controller::writer::CommitTemplate,
+    pub commit_template: String,
     /// Sign commits with this key file, told apart by its content: an OpenSSH private key
     /// (SSH signatures, as git makes with `gpg.format = ssh`) or an ASCII-armored OpenPGP
     /// secret key (`-----BEGIN PGP PRIVATE KEY BLOCK-----`; OpenPGP signatures, as git makes
@@ -232,6 +248,86 @@ impl RunArgs {
         }
         out
     }
+
+    /// The configuration these flags give. Every value was checked while parsing (durations,
+    /// the commit template, the write point), so nothing is left to refuse here.
+    pub fn into_config(self) -> Config {
+        let namespaces = self.watched_namespaces();
+        let author = AuthorConfig {
+            name: self.git_author_name,
+            email: self.git_author_email,
+        };
+        Config {
+            kube: KubeConfig {
+                namespaces: namespaces.clone(),
+                pod_namespace: self.pod_namespace.clone(),
+            },
+            controllers: ControllersConfig {
+                max_concurrent_reconciles: self.max_concurrent_reconciles,
+                allow_list_configmap: self.allow_list_configmap,
+                argocd_namespace: self.argocd_namespace,
+            },
+            sources: SourcesConfig {
+                webhook: self.webhook_addr.map(|addr| WebhookConfig {
+                    addr,
+                    secret_namespace: self.pod_namespace.clone(),
+                    secret_name: self.webhook_secret,
+                    distribution_host: self.distribution_host,
+                    body_limit: self.webhook_body_limit,
+                }),
+                sqs: self.sqs_queue_url.map(|queue_url| SqsConfig {
+                    queue_url,
+                    default_account: self.sqs_default_account,
+                    endpoint_url: self.aws_endpoint_url.clone(),
+                }),
+            },
+            registry: RegistryConfig {
+                insecure_registries: self.insecure_registries,
+                registries_config: self.registries_config,
+                timeout: self.registry_timeout,
+                ecr_endpoint_url: self.aws_endpoint_url,
+            },
+            scan: ScanConfig {
+                max_tags: self.max_tags,
+            },
+            writer: WriterConfig {
+                cache_dir: self.cache_dir.clone(),
+                author: author.clone(),
+                push_attempts: self.push_attempts,
+                batch_window: self.batch_window,
+                batch_quiet: self.batch_quiet,
+                read_reuse: self.git_read_reuse,
+                commit_template: self.commit_template,
+                signing_key: self.signing_key,
+                #[cfg(feature = "test-hooks")]
+                crash_point: self.test_crash_point.map(|p| p.name().to_string()),
+            },
+            promotion: PromotionConfig {
+                namespaces,
+                concurrency: self.max_concurrent_reconciles,
+                pull_request_close_timeout: self.pull_request_close_timeout,
+            },
+            shard: ShardConfig {
+                shards: self.shards,
+                lease_duration: self.lease_duration,
+                lease_prefix: self.lease_prefix,
+                namespace: self.pod_namespace,
+                identity: self.identity,
+                peer_url: self.peer_url,
+            },
+            telemetry: TelemetryConfig {
+                metrics_addr: self.metrics_addr,
+                log_format: self.log_format.into(),
+            },
+            shutdown_timeout: self.shutdown_timeout,
+        }
+    }
+}
+
+impl From<RunArgs> for Config {
+    fn from(args: RunArgs) -> Self {
+        args.into_config()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -332,15 +428,15 @@ pub struct ImportArgs {
 
 /// Parses durations such as `30s`, `5m`, `1h30m`, `250ms`.
 pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    crate::controller::parse_duration(text)
+    crate::controllers::parse_duration(text)
         .ok_or_else(|| format!("invalid duration {text:?} (use e.g. 30s, 5m, 1h)"))
 }
 
-/// Parses `--commit-template`.
-pub fn parse_commit_template(
-    text: &str,
-) -> Result<crate::controller::writer::CommitTemplate, String> {
-    crate::controller::writer::CommitTemplate::parse(text).map_err(|e| e.to_string())
+/// Checks `--commit-template` (the writer parses it again from the configuration).
+pub fn check_commit_template(text: &str) -> Result<String, String> {
+    crate::writer::CommitTemplate::parse(text)
+        .map(|_| text.to_string())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(feature = "test-hooks")]
@@ -585,4 +681,67 @@ pub fn import(args: &ImportArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_config(flags: &[&str]) -> Config {
+        let argv = ["imagewatch", "run"].iter().chain(flags);
+        match Cli::try_parse_from(argv).expect("flags parse").command {
+            Command::Run(args) => args.into_config(),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_become_each_subsystems_part_of_the_config() {
+        let config = run_config(&[
+            "--namespace=team-a, team-b,team-a,",
+            "--pod-namespace=ops",
+            "--cache-dir=/tmp/iw",
+            "--git-author-name=bot",
+            "--git-author-email=bot@example.com",
+            "--push-attempts=3",
+            "--max-concurrent-reconciles=0",
+            "--webhook-addr=127.0.0.1:9000",
+            "--webhook-secret=hooks",
+            "--sqs-queue-url=https://sqs.us-east-1.amazonaws.com/1/q",
+            "--aws-endpoint-url=http://127.0.0.1:5000",
+            "--shards=4",
+            "--batch-window=2s",
+            "--commit-template={{subject}}",
+            "--log-format=json",
+        ]);
+        assert_eq!(config.kube.namespaces, ["team-a", "team-b"]);
+        assert_eq!(config.promotion.namespaces, config.kube.namespaces);
+        assert_eq!(config.kube.pod_namespace, "ops");
+        assert_eq!(config.shard.namespace, "ops");
+        assert_eq!(config.shard.shards, 4);
+        assert_eq!(config.writer.cache_dir, PathBuf::from("/tmp/iw"));
+        assert_eq!(config.writer.author.name, "bot");
+        assert_eq!(config.writer.push_attempts, 3);
+        assert_eq!(config.writer.batch_window, Duration::from_secs(2));
+        assert_eq!(config.writer.commit_template, "{{subject}}");
+        assert_eq!(config.controllers.max_concurrent_reconciles, 0);
+        let webhook = config.sources.webhook.expect("webhook configured");
+        assert_eq!(webhook.addr, "127.0.0.1:9000".parse().expect("address"));
+        assert_eq!(webhook.secret_namespace, "ops");
+        assert_eq!(webhook.secret_name, "hooks");
+        let sqs = config.sources.sqs.expect("SQS configured");
+        assert_eq!(sqs.endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
+        assert_eq!(config.registry.ecr_endpoint_url, sqs.endpoint_url);
+        assert_eq!(config.telemetry.log_format, crate::config::LogFormat::Json);
+    }
+
+    #[test]
+    fn a_bad_commit_template_is_refused_while_parsing() {
+        let error = Cli::try_parse_from(["imagewatch", "run", "--commit-template={{nope}}"])
+            .expect_err("unknown placeholder");
+        assert!(
+            error.to_string().contains("unknown placeholder {{nope}}"),
+            "{error}"
+        );
+    }
 }

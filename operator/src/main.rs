@@ -15,7 +15,8 @@ fn main() -> ExitCode {
         Command::SetImage(args) => imagewatch::cli::set_image(&args),
         Command::Import(args) => imagewatch::cli::import(&args),
         Command::Run(args) => {
-            imagewatch::telemetry::init_logging(args.log_format);
+            let config = args.into_config();
+            imagewatch::telemetry::init_logging(config.telemetry.log_format);
             // SAFETY: called once, before the runtime (and so any git work) starts.
             let timeouts = unsafe {
                 imagewatch::git::set_network_timeouts(
@@ -25,6 +26,10 @@ fn main() -> ExitCode {
             };
             if let Err(e) = timeouts {
                 tracing::warn!(error = %e, "cannot set git network timeouts");
+            }
+            // SAFETY: as above.
+            if let Err(e) = unsafe { imagewatch::git::set_object_cache() } {
+                tracing::warn!(error = %e, "cannot set the git object cache");
             }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -36,7 +41,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(imagewatch::controller::run(*args)) {
+            match runtime.block_on(imagewatch::app::run(config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "imagewatch stopped");

@@ -1,0 +1,437 @@
+//! Reconcile errors of both controllers and how each is handled: a spec the user must fix
+//! waits for a change (stalled), a transient failure is retried with backoff.
+//!
+//! Every error has a [`Category`] — who can fix it: the user (the object or what it names),
+//! nobody (transient: the registry, Git, the forge or the API server failed and a retry may
+//! pass), or us (internal). The category, the `Ready` reason ([`ReconcileError::reason`]) and
+//! the metric label ([`ReconcileError::label`]) are fixed per variant, so dashboards and alerts
+//! can group by them without high cardinality.
+
+use imagewatch_crd::{
+    conditions::reason as common_reason, conditions::reason, promotion::reason as promotion_reason,
+};
+
+use crate::{forge::ForgeError, git::GitError};
+
+/// Why a reconcile did not reach `Ready=True`.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The spec cannot be acted on.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A referenced Secret is missing or incomplete.
+    #[error("{0}")]
+    CredentialsNotFound(String),
+    /// The registry failed or refused.
+    #[error("registry: {0}")]
+    Registry(#[from] crate::registry::RegistryError),
+    /// No tag matches the rules.
+    #[error("{0}")]
+    NoMatchingTags(String),
+    /// The pinned tag is not in the registry.
+    #[error("{0}")]
+    PinnedTagNotFound(String),
+    /// The target is missing or ambiguous in Git.
+    #[error("{0}")]
+    TargetNotFound(String),
+    /// The watch's group has no common tag yet, or a member is unusable.
+    #[error("{0}")]
+    WaitingForGroup(String),
+    /// A pattern image's registry does not list its repositories to us.
+    #[error("{0}")]
+    CatalogUnavailable(String),
+    /// The object's namespace may not use what it names (see `allow.rs`); nothing was read
+    /// or written.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// `spec.verify`: no candidate tag's signature verifies; the newest one and why.
+    #[error("{}", .0.message())]
+    Signature(Box<crate::signature::Refused>),
+    /// The forge's pull request API failed or refused (`spec.git.pullRequest`).
+    #[error("{0}")]
+    Forge(#[from] crate::forge::ForgeError),
+    /// Git failed.
+    #[error("git: {0}")]
+    Git(#[from] crate::git::GitError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A blocking task panicked or was cancelled.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+/// Who can fix a failed reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// The user: the object's spec, a Secret it names, the image or the manifests in Git.
+    User,
+    /// Nobody: a dependency failed (registry, Git server, forge, Kubernetes API); a retry
+    /// with backoff may pass.
+    Transient,
+    /// The operator itself: a task panicked or stopped.
+    Internal,
+}
+
+impl Category {
+    /// The metric label value: `user`, `transient` or `internal`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Transient => "transient",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+impl ReconcileError {
+    /// Who can fix this error.
+    pub fn fixed_by(&self) -> Category {
+        match self {
+            Self::InvalidSpec(_)
+            | Self::CredentialsNotFound(_)
+            | Self::NoMatchingTags(_)
+            | Self::PinnedTagNotFound(_)
+            | Self::TargetNotFound(_)
+            | Self::WaitingForGroup(_)
+            | Self::NotAllowed(_)
+            | Self::Signature(_)
+            | Self::Forge(crate::forge::ForgeError::InvalidConfig(_)) => Category::User,
+            // Denied, not found, a refused request: only the user's credentials or spec help.
+            Self::Registry(e) if !e.is_transient() => Category::User,
+            Self::Git(e) if !e.is_transient() && e.category() != "other" => Category::User,
+            Self::Registry(_)
+            | Self::CatalogUnavailable(_)
+            | Self::Git(_)
+            | Self::Forge(_)
+            | Self::Kube(_) => Category::Transient,
+            Self::Internal(_) => Category::Internal,
+        }
+    }
+
+    /// Counts this error in `imagewatch_reconcile_errors_total` of `controller`.
+    pub fn count(&self, metrics: &crate::telemetry::Metrics, controller: &str) {
+        count(metrics, controller, self.fixed_by(), self.reason());
+    }
+
+    /// Low-cardinality metric label: the same as [`ReconcileError::category`].
+    pub fn label(&self) -> &'static str {
+        self.category()
+    }
+
+    /// The `Ready` reason reported for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => reason::INVALID_SPEC,
+            Self::CredentialsNotFound(_) => reason::CREDENTIALS_NOT_FOUND,
+            Self::Registry(_) => reason::REGISTRY_ERROR,
+            Self::NoMatchingTags(_) => reason::NO_MATCHING_TAGS,
+            Self::PinnedTagNotFound(_) => reason::PINNED_TAG_NOT_FOUND,
+            Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
+            Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
+            Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
+            Self::NotAllowed(_) => reason::NOT_ALLOWED,
+            Self::Signature(refused) => refused.reason(),
+            Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
+            Self::Git(_) => reason::GIT_ERROR,
+            Self::Forge(_) => reason::FORGE_ERROR,
+            Self::Kube(_) | Self::Internal(_) => "InternalError",
+        }
+    }
+
+    /// Low-cardinality metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::CredentialsNotFound(_) => "credentials",
+            Self::Registry(_) => "registry",
+            Self::NoMatchingTags(_) => "no_matching_tags",
+            Self::PinnedTagNotFound(_) => "pinned_tag_not_found",
+            Self::TargetNotFound(_) => "target_not_found",
+            Self::WaitingForGroup(_) => "waiting_for_group",
+            Self::CatalogUnavailable(_) => "catalog_unavailable",
+            Self::NotAllowed(_) => "not_allowed",
+            Self::Signature(_) => "signature",
+            Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
+            Self::Git(_) => "git",
+            Self::Forge(_) => "forge",
+            Self::Kube(_) => "kube",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// Whether only a change by the user can fix it. Such errors are not retried quickly:
+    /// the object is looked at again when it changes, and at its polling interval (the registry
+    /// or Git may change under it).
+    pub fn is_stalled(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidSpec(_)
+                | Self::Forge(crate::forge::ForgeError::InvalidConfig(_))
+                | Self::TargetNotFound(_)
+                | Self::CatalogUnavailable(_)
+                | Self::NotAllowed(_)
+        )
+    }
+}
+
+/// How the status step sees a reconcile's failure.
+impl imagewatch_engine::status::Failure for ReconcileError {
+    fn reason(&self) -> &'static str {
+        ReconcileError::reason(self)
+    }
+
+    fn is_stalled(&self) -> bool {
+        ReconcileError::is_stalled(self)
+    }
+
+    fn refused(&self) -> Option<&crate::signature::Refused> {
+        match self {
+            Self::Signature(refused) => Some(refused),
+            _ => None,
+        }
+    }
+}
+
+fn count(metrics: &crate::telemetry::Metrics, controller: &str, category: Category, reason: &str) {
+    metrics
+        .reconcile_errors
+        .get_or_create(&crate::telemetry::ReconcileErrorLabels {
+            controller: controller.to_string(),
+            category: category.as_str().to_string(),
+            reason: reason.to_string(),
+        })
+        .inc();
+}
+
+/// Why a policy reconcile did not reach its goal.
+#[derive(Debug, thiserror::Error)]
+pub enum PromotionError {
+    /// The spec cannot be acted on.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A Secret is missing or incomplete.
+    #[error("{0}")]
+    CredentialsNotFound(String),
+    /// The source has no complete candidate yet.
+    #[error("{0}")]
+    SourceNotReady(String),
+    /// A source watch is healthy but has not applied its first tag yet (a policy created
+    /// together with its watches): the same `Ready` reason, but a Normal Event, because
+    /// nothing is wrong; the watch's status change reconciles the policy again.
+    #[error("{0}")]
+    SourceWaiting(String),
+    /// `to.path` (or a place in it) cannot be found or edited.
+    #[error("{0}")]
+    TargetNotFound(String),
+    /// The policy's namespace may not use what it names; nothing was read or written.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// Git failed.
+    #[error("git: {0}")]
+    Git(#[from] GitError),
+    /// The forge failed or refused.
+    #[error("{0}")]
+    Forge(#[from] ForgeError),
+    /// The Kubernetes API failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A blocking task failed.
+    #[error("internal: {0}")]
+    Internal(String),
+    /// Any other failure of the steps promotion shares with the ImageWatch controller
+    /// (registry, signatures, catalogs, …), with its own reason and category.
+    #[error("{0}")]
+    Other(ReconcileError),
+}
+
+impl From<ReconcileError> for PromotionError {
+    fn from(e: ReconcileError) -> Self {
+        match e {
+            ReconcileError::InvalidSpec(m) => Self::InvalidSpec(m),
+            ReconcileError::CredentialsNotFound(m) => Self::CredentialsNotFound(m),
+            ReconcileError::TargetNotFound(m) => Self::TargetNotFound(m),
+            ReconcileError::NotAllowed(m) => Self::NotAllowed(m),
+            ReconcileError::Git(g) => Self::Git(g),
+            ReconcileError::Kube(k) => Self::Kube(k),
+            // Registry, signature, forge and the rest keep their own reason and category.
+            other => Self::Other(other),
+        }
+    }
+}
+
+impl PromotionError {
+    /// The `Ready` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => common_reason::INVALID_SPEC,
+            Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
+            Self::SourceNotReady(_) | Self::SourceWaiting(_) => promotion_reason::SOURCE_NOT_READY,
+            Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
+            Self::NotAllowed(_) => common_reason::NOT_ALLOWED,
+            Self::Git(_) => common_reason::GIT_ERROR,
+            Self::Forge(_) => promotion_reason::FORGE_ERROR,
+            Self::Kube(_) | Self::Internal(_) => "InternalError",
+            Self::Other(e) => e.reason(),
+        }
+    }
+
+    /// Who can fix this error.
+    pub fn fixed_by(&self) -> Category {
+        match self {
+            Self::InvalidSpec(_)
+            | Self::CredentialsNotFound(_)
+            | Self::SourceNotReady(_)
+            | Self::SourceWaiting(_)
+            | Self::TargetNotFound(_)
+            | Self::NotAllowed(_)
+            | Self::Forge(ForgeError::InvalidConfig(_)) => Category::User,
+            Self::Git(e) => ReconcileError::Git(e.duplicate()).fixed_by(),
+            Self::Forge(_) | Self::Kube(_) => Category::Transient,
+            Self::Internal(_) => Category::Internal,
+            Self::Other(e) => e.fixed_by(),
+        }
+    }
+
+    /// Counts this error in `imagewatch_reconcile_errors_total` of `controller`.
+    pub fn count(&self, metrics: &crate::telemetry::Metrics, controller: &str) {
+        count(metrics, controller, self.fixed_by(), self.reason());
+    }
+
+    /// Metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::InvalidSpec(_) => "invalid_spec",
+            Self::CredentialsNotFound(_) => "credentials",
+            Self::SourceNotReady(_) => "source_not_ready",
+            Self::SourceWaiting(_) => "source_waiting",
+            Self::TargetNotFound(_) => "target_not_found",
+            Self::NotAllowed(_) => "not_allowed",
+            Self::Git(_) => "git",
+            Self::Forge(_) => "forge",
+            Self::Kube(_) => "kube",
+            Self::Internal(_) => "internal",
+            Self::Other(e) => e.category(),
+        }
+    }
+
+    /// Only a change (of the spec, the source or the repository) fixes it: no fast retry.
+    pub fn is_stalled(&self) -> bool {
+        match self {
+            Self::Other(e) => e.is_stalled(),
+            _ => matches!(
+                self,
+                Self::InvalidSpec(_)
+                    | Self::SourceNotReady(_)
+                    | Self::SourceWaiting(_)
+                    | Self::TargetNotFound(_)
+                    | Self::NotAllowed(_)
+            ),
+        }
+    }
+}
+
+/// How the status step sees a promotion's failure.
+impl imagewatch_engine::status::Failure for PromotionError {
+    fn reason(&self) -> &'static str {
+        PromotionError::reason(self)
+    }
+
+    fn is_stalled(&self) -> bool {
+        PromotionError::is_stalled(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::GitError;
+
+    #[test]
+    fn a_full_clone_cache_has_its_own_reason_and_is_retried() {
+        let full = ReconcileError::Git(GitError::CacheFull {
+            path: "/var/cache/imagewatch/git".into(),
+            message: "No space left on device".into(),
+        });
+        assert_eq!(full.reason(), reason::CACHE_FULL);
+        assert_eq!(full.category(), "cache_full");
+        assert!(!full.is_stalled());
+        assert!(full.to_string().contains("/var/cache/imagewatch/git"));
+        let other = ReconcileError::Git(GitError::InvalidBranch {
+            branch: "x y".into(),
+        });
+        assert_eq!(other.reason(), reason::GIT_ERROR);
+        assert_eq!(other.category(), "git");
+    }
+
+    #[test]
+    fn each_error_says_who_can_fix_it() {
+        use Category::*;
+        let cases: Vec<(ReconcileError, Category)> = vec![
+            (ReconcileError::InvalidSpec("x".into()), User),
+            (ReconcileError::CredentialsNotFound("x".into()), User),
+            (ReconcileError::NoMatchingTags("x".into()), User),
+            (ReconcileError::TargetNotFound("x".into()), User),
+            (ReconcileError::NotAllowed("x".into()), User),
+            (
+                ReconcileError::Git(GitError::AuthFailed {
+                    url: "https://git.example/r.git".into(),
+                    reason: "denied".into(),
+                }),
+                User,
+            ),
+            (
+                ReconcileError::Git(GitError::CacheFull {
+                    path: "/c".into(),
+                    message: "full".into(),
+                }),
+                Transient,
+            ),
+            (ReconcileError::CatalogUnavailable("x".into()), Transient),
+            (ReconcileError::Internal("panicked".into()), Internal),
+        ];
+        let metrics = crate::telemetry::Metrics::new();
+        ReconcileError::NotAllowed("x".into()).count(&metrics, "imagewatch");
+        let text = metrics.render();
+        assert!(
+            text.contains(
+                "imagewatch_reconcile_errors_total{controller=\"imagewatch\",category=\"user\",reason=\"NotAllowed\"} 1"
+            ),
+            "{text}"
+        );
+        for (error, want) in cases {
+            assert_eq!(error.fixed_by(), want, "{error:?}");
+            assert!(["user", "transient", "internal"].contains(&want.as_str()));
+            assert_eq!(error.label(), error.category());
+        }
+        // Everything the user must fix and that waits for a change is in category `user`,
+        // except an unlisted pattern catalog, which the registry may start to list.
+        for stalled in [
+            ReconcileError::InvalidSpec("x".into()),
+            ReconcileError::TargetNotFound("x".into()),
+            ReconcileError::NotAllowed("x".into()),
+        ] {
+            assert!(stalled.is_stalled());
+            assert_eq!(stalled.fixed_by(), User);
+        }
+    }
+
+    #[test]
+    fn promotion_keeps_the_reason_and_category_of_a_shared_step() {
+        let shared = PromotionError::from(ReconcileError::CatalogUnavailable("x".into()));
+        assert_eq!(shared.reason(), reason::CATALOG_UNAVAILABLE);
+        assert_eq!(shared.category(), "catalog_unavailable");
+        assert_eq!(shared.fixed_by(), Category::Transient);
+        let internal = PromotionError::from(ReconcileError::Internal("panicked".into()));
+        assert_eq!(internal.reason(), "InternalError");
+        assert_eq!(internal.fixed_by(), Category::Internal);
+        let waiting = PromotionError::SourceNotReady("staging has no tag".into());
+        assert_eq!(waiting.fixed_by(), Category::User);
+        assert!(waiting.is_stalled());
+        let metrics = crate::telemetry::Metrics::new();
+        shared.count(&metrics, "promotionpolicy");
+        assert!(metrics.render().contains(
+            "imagewatch_reconcile_errors_total{controller=\"promotionpolicy\",category=\"transient\",reason=\"CatalogUnavailable\"} 1"
+        ));
+    }
+}
