@@ -31,10 +31,10 @@ use std::{
 
 use futures::future::join_all;
 use imagewatch::{
-    controller::writer::{GitWriter, WriteRequest, WriterOptions},
     git::{Author, GitAuth, RepoCache, WritePoint},
     manifests::{ImageChange, TargetSpec, WorkloadTarget},
     telemetry::Metrics,
+    writer::{GitWriter, WriteRequest, WriterOptions},
 };
 
 const FILES_PER_APP: usize = 10;

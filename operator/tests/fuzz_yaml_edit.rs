@@ -740,7 +740,7 @@ struct FixtureFile {
 }
 
 static MANIFEST_FIXTURES: LazyLock<Vec<FixtureFile>> = LazyLock::new(|| {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/manifests");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("engine/tests/fixtures/manifests");
     let mut files: Vec<FixtureFile> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .map(|entry| entry.unwrap().path())

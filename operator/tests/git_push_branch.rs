@@ -6,10 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use imagewatch::{
-    controller::{ReconcileError, writer::WriteRequest},
-    git::GitError,
-};
+use imagewatch::{controllers::ReconcileError, git::GitError, writer::WriteRequest};
 use support::*;
 
 const PUSH: &str = "imagewatch/team";

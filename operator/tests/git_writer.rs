@@ -1,7 +1,7 @@
 //! Component tests of the git writer against real repositories (`file://` remotes, the git
 //! CLI as the other writers): batching into one commit, re-planning after a lost race,
-//! per-intent failures, dry runs, commit messages, SSH signing, idle tasks, and a write
-//! interrupted at every point.
+//! per-intent failures, dry runs, commit messages, SSH signing, idle tasks, a write
+//! interrupted at every point, and planned commits (promotions) on the intents' clone.
 
 mod support;
 
@@ -15,12 +15,10 @@ use std::{
 
 use futures::future::join_all;
 use imagewatch::{
-    controller::{
-        ReconcileError,
-        writer::{CommitTemplate, GitWriter},
-    },
-    git::{SshSigner, WritePoint},
+    controllers::ReconcileError,
+    git::{GitAuth, SshSigner, WritePoint},
     telemetry::{GitReadLabels, Metrics},
+    writer::{CommitOutcome, CommitRequest, CommitTemplate, GitWriter},
 };
 use support::*;
 
@@ -361,6 +359,64 @@ async fn no_op_checks_reuse_a_recent_fetch_and_writes_fetch_again() {
     assert_eq!((reads("unchanged"), reads("recent-fetch")), (1, 2));
 }
 
+/// A write right after our own push commits on that push without fetching. When the branch
+/// moved meanwhile, whether forward (a person's commit) or back (a reset to an older commit),
+/// the push is refused, and the write fetches and lands on what the remote holds: their
+/// commit is kept and the commits the reset removed do not come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_after_our_push_commits_on_it_and_fetches_when_the_branch_moved() {
+    let fx = Fixture::new(4, 0);
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let mut o = options(Duration::from_millis(20));
+    let counter = fetches.clone();
+    o.hook = Some(Arc::new(move |point| {
+        if point == WritePoint::Fetched {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    let writer = fx.writer(o);
+    let fetched = || fetches.load(Ordering::SeqCst);
+
+    let first = writer.apply(fx.request(&single(0), "2.0.0")).await.unwrap();
+    let first = first.commit.expect("a commit");
+    assert_eq!(fetched(), 1);
+    let second = writer.apply(fx.request(&single(1), "2.0.0")).await.unwrap();
+    assert_eq!(fetched(), 1, "committed on our own push, no fetch");
+    assert_eq!(second.attempts, 1);
+    assert_eq!(fx.head("main"), second.commit.clone().expect("a commit"));
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), first);
+
+    // A person pushes: our next write is refused on our last push, fetches, keeps theirs.
+    let theirs = fx.other_writer_push("main", "other/README.md", "# changed by a person\n");
+    let third = writer.apply(fx.request(&single(2), "2.0.0")).await.unwrap();
+    assert_eq!(fetched(), 2);
+    assert_eq!(third.attempts, 1, "a stale last push costs no attempt");
+    assert_eq!(fx.head("main"), third.commit.clone().expect("a commit"));
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), theirs);
+    assert_eq!(fx.show("main", "other/README.md"), "# changed by a person");
+    assert_eq!(fx.commit_count("main"), 5);
+
+    // The branch is reset to the seed: a fast-forward from the seed would be possible, but
+    // the push must not bring back the commits the reset removed.
+    fx.remote_git(&["update-ref", "refs/heads/main", &fx.seed]);
+    let fourth = writer.apply(fx.request(&single(3), "2.0.0")).await.unwrap();
+    assert_eq!(fetched(), 3);
+    assert_eq!(fx.head("main"), fourth.commit.clone().expect("a commit"));
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), fx.seed);
+    assert_eq!(fx.commit_count("main"), 2);
+    assert!(
+        fx.show("main", &format!("{DIR}/{}.yaml", single(0)))
+            .contains(":1.0.0")
+    );
+
+    // Nothing to write on our last push: that answer is only given on a fetch.
+    let again = writer.apply(fx.request(&single(3), "2.0.0")).await.unwrap();
+    assert_eq!(again.commit, None);
+    assert!(!again.changed_needed);
+    assert_eq!(fetched(), 4);
+    assert_eq!(fx.commit_count("main"), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_are_signed_with_an_ssh_key() {
     let fx = Fixture::new(1, 0);
@@ -503,4 +559,104 @@ async fn an_interrupted_write_completes_once_when_retried() {
             point.name()
         );
     }
+}
+
+/// A planned commit (what a PromotionPolicy commits) goes through the writer: on the clone
+/// the intents use (one per repository and credential), planned again on the new head after
+/// a lost race, and onto a pull-request branch only once for the same edits on the same head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_commits_share_the_clone_and_are_planned_again_after_a_lost_race() {
+    let fx = Arc::new(Fixture::new(1, 0));
+    let writer = fx.writer(options(Duration::from_millis(50)));
+    let intent = writer.apply(fx.request(&single(0), "2.0.0")).await.unwrap();
+    assert!(intent.commit.is_some());
+
+    // Another writer pushes after our first plan; the second plan sees its commit.
+    let plans = Arc::new(AtomicUsize::new(0));
+    let theirs = Arc::new(Mutex::new(None));
+    let plan = {
+        let (fx, plans, theirs) = (fx.clone(), plans.clone(), theirs.clone());
+        move |repo: &imagewatch::git::Repo, head: imagewatch::git::Oid| {
+            if plans.fetch_add(1, Ordering::SeqCst) == 0 {
+                let c = fx.other_writer_push("main", "other/README.md", "# changed by a person\n");
+                *theirs.lock().unwrap() = Some(c);
+            }
+            let readme = repo.read_file(head, "other/README.md")?.unwrap_or_default();
+            Ok(Some((
+                vec![imagewatch::git::FileEdit {
+                    path: "promoted/README.md".into(),
+                    contents: readme,
+                }],
+                "promote: copy the README".to_string(),
+            )))
+        }
+    };
+    let result = writer
+        .commit(CommitRequest {
+            url: fx.url.clone(),
+            branch: "main".into(),
+            auth: GitAuth::Anonymous,
+            push_branch: None,
+            plan: Box::new(plan),
+        })
+        .await
+        .unwrap();
+    let head = fx.head("main");
+    assert_eq!(
+        result.outcome,
+        CommitOutcome::Pushed {
+            commit: head.clone()
+        }
+    );
+    assert_eq!(result.attempts, 2);
+    assert_eq!(plans.load(Ordering::SeqCst), 2);
+    let theirs = theirs.lock().unwrap().clone().unwrap();
+    assert_eq!(fx.remote_git(&["rev-parse", "main^"]), theirs);
+    assert_eq!(
+        fx.show("main", "promoted/README.md"),
+        "# changed by a person"
+    );
+    assert_eq!(
+        fx.remote_git(&["log", "-1", "--format=%an%n%B", "main"]),
+        "imagewatch\npromote: copy the README"
+    );
+
+    // A pull-request branch: pushed once; the same edits on the same head push nothing.
+    let to_branch = |contents: &'static str| CommitRequest {
+        url: fx.url.clone(),
+        branch: "main".into(),
+        auth: GitAuth::Anonymous,
+        push_branch: Some("imagewatch/promote-team-my-api".into()),
+        plan: Box::new(move |_: &imagewatch::git::Repo, _| {
+            Ok(Some((
+                vec![imagewatch::git::FileEdit {
+                    path: "promoted/tag".into(),
+                    contents: contents.as_bytes().to_vec(),
+                }],
+                "promote: v2".to_string(),
+            )))
+        }),
+    };
+    let first = writer.commit(to_branch("v2\n")).await.unwrap();
+    let tip = fx.head("imagewatch/promote-team-my-api");
+    assert_eq!(
+        first.outcome,
+        CommitOutcome::Pushed {
+            commit: tip.clone()
+        }
+    );
+    assert_eq!(fx.remote_git(&["rev-parse", &format!("{tip}^")]), head);
+    let again = writer.commit(to_branch("v2\n")).await.unwrap();
+    assert_eq!(
+        again.outcome,
+        CommitOutcome::AlreadyPushed { head: tip.clone() }
+    );
+    assert_eq!(fx.head("imagewatch/promote-team-my-api"), tip);
+
+    // Intents and planned commits used one clone.
+    let clones = std::fs::read_dir(fx.tmp.path().join("cache/git"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
+    assert_eq!(clones, 1);
 }

@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 
 use git2::{ObjectType, Oid, Signature, Tree};
+// The whole-file edit lives in the pure core (`imagewatch-engine`); the writer commits it.
+pub use imagewatch_engine::edit::FileEdit;
 
 use super::error::{GitError, Result};
 use super::repo::{Repo, is_regular_file, validate_branch};
@@ -21,14 +23,6 @@ const MODE_FILE: i32 = 0o100644;
 const MODE_TREE: i32 = 0o040000;
 const MODE_SYMLINK: i32 = 0o120000;
 const MODE_SUBMODULE: i32 = 0o160000;
-
-/// Replace (or create) the file at `path` with `contents`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileEdit {
-    /// Repository-relative path with `/` separators, e.g. `apps/web/deploy.yaml`.
-    pub path: String,
-    pub contents: Vec<u8>,
-}
 
 /// Author and committer identity of the commits we create.
 #[derive(Debug, Clone, PartialEq, Eq)]

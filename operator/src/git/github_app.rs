@@ -31,6 +31,7 @@ use std::{
 use base64::Engine as _;
 use jiff::{SignedDuration, Timestamp};
 use ring::{rand::SystemRandom, rsa::KeyPair, signature::RSA_PKCS1_SHA256};
+use rustls::pki_types::pem::{self, PemObject as _, SectionKind};
 use sha2::{Digest, Sha256};
 
 /// API base used when a Secret has no `githubAppEnterpriseBaseUrl`.
@@ -261,19 +262,15 @@ impl AppKey {
     /// Parses an unencrypted RSA private key in PEM form: `-----BEGIN RSA PRIVATE KEY-----`
     /// (PKCS#1, what GitHub hands out) or `-----BEGIN PRIVATE KEY-----` (PKCS#8).
     pub fn from_pem(pem: &str) -> Result<Self, GithubAppError> {
-        let (label, der) = pem_block(pem)?;
-        let parsed = match label.as_str() {
-            "RSA PRIVATE KEY" => KeyPair::from_der(&der),
-            "PRIVATE KEY" => KeyPair::from_pkcs8(&der),
-            "ENCRYPTED PRIVATE KEY" => {
-                return Err(GithubAppError::InvalidKey(
-                    "is encrypted; give the unencrypted key GitHub issued".into(),
-                ));
-            }
+        let (kind, der) = pem_block(pem)?;
+        let parsed = match kind {
+            SectionKind::RsaPrivateKey => KeyPair::from_der(&der),
+            SectionKind::PrivateKey => KeyPair::from_pkcs8(&der),
             other => {
                 return Err(GithubAppError::InvalidKey(format!(
-                    "is a PEM \"{other}\" block, not an RSA private key \
-                     (\"-----BEGIN RSA PRIVATE KEY-----\" or \"-----BEGIN PRIVATE KEY-----\")"
+                    "is a PEM \"{}\" block, not an RSA private key \
+                     (\"-----BEGIN RSA PRIVATE KEY-----\" or \"-----BEGIN PRIVATE KEY-----\")",
+                    section_label(other)
                 )));
             }
         };
@@ -301,35 +298,48 @@ impl AppKey {
     }
 }
 
-/// The label and DER bytes of the first PEM block of `text`.
-fn pem_block(text: &str) -> Result<(String, Vec<u8>), GithubAppError> {
-    let text = text.trim();
-    let Some(begin) = text.find("-----BEGIN ") else {
-        return Err(GithubAppError::InvalidKey(
-            "is not PEM (no \"-----BEGIN …-----\" line)".into(),
-        ));
-    };
-    let rest = &text[begin + "-----BEGIN ".len()..];
-    let Some((label, body)) = rest.split_once("-----") else {
-        return Err(GithubAppError::InvalidKey("has a broken BEGIN line".into()));
-    };
-    let end_marker = format!("-----END {label}-----");
-    let Some((body, _)) = body.split_once(&end_marker) else {
-        return Err(GithubAppError::InvalidKey(format!(
-            "has no \"{end_marker}\" line"
-        )));
-    };
-    // RFC 1421 headers (`Proc-Type: 4,ENCRYPTED`) mark a legacy encrypted key.
-    if body.contains("ENCRYPTED") {
+/// The kind and DER bytes of the first PEM block of `text` that rustls-pki-types knows.
+fn pem_block(text: &str) -> Result<(SectionKind, Vec<u8>), GithubAppError> {
+    // `ENCRYPTED PRIVATE KEY` (PKCS#8) and RFC 1421 headers (`Proc-Type: 4,ENCRYPTED`, a
+    // legacy encrypted PKCS#1 key) both mark a key that needs a passphrase.
+    if text.contains("ENCRYPTED") {
         return Err(GithubAppError::InvalidKey(
             "is encrypted; give the unencrypted key GitHub issued".into(),
         ));
     }
-    let b64: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    let der = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .map_err(|e| GithubAppError::InvalidKey(format!("has a broken base64 body: {e}")))?;
-    Ok((label.to_string(), der))
+    // The parser wants its BEGIN and END lines unindented; pasted keys often are not.
+    let text: String = text.lines().map(|l| format!("{}\n", l.trim())).collect();
+    <(SectionKind, Vec<u8>)>::from_pem_slice(text.as_bytes()).map_err(|e| {
+        GithubAppError::InvalidKey(match e {
+            pem::Error::NoItemsFound if !text.contains("-----BEGIN ") => {
+                "is not PEM (no \"-----BEGIN …-----\" line)".into()
+            }
+            pem::Error::NoItemsFound => "has no RSA private key block \
+                 (\"-----BEGIN RSA PRIVATE KEY-----\" or \"-----BEGIN PRIVATE KEY-----\")"
+                .into(),
+            pem::Error::MissingSectionEnd { end_marker } => format!(
+                "has no \"-----END {}-----\" line",
+                String::from_utf8_lossy(&end_marker)
+            ),
+            pem::Error::IllegalSectionStart { .. } => "has a broken BEGIN line".into(),
+            pem::Error::Base64Decode(e) => format!("has a broken base64 body: {e}"),
+            other => format!("is not PEM: {other}"),
+        })
+    })
+}
+
+/// The label of a PEM section, as on its BEGIN line.
+fn section_label(kind: SectionKind) -> &'static str {
+    match kind {
+        SectionKind::Certificate => "CERTIFICATE",
+        SectionKind::PublicKey => "PUBLIC KEY",
+        SectionKind::RsaPrivateKey => "RSA PRIVATE KEY",
+        SectionKind::PrivateKey => "PRIVATE KEY",
+        SectionKind::EcPrivateKey => "EC PRIVATE KEY",
+        SectionKind::Crl => "X509 CRL",
+        SectionKind::Csr => "CERTIFICATE REQUEST",
+        _ => "other",
+    }
 }
 
 /// The JWT that authenticates as the app (RS256): header `{"alg":"RS256","typ":"JWT"}`,

@@ -468,3 +468,19 @@ async fn a_different_private_key_never_gets_a_cached_token() {
     assert_eq!(err.category(), "unauthorized");
     assert_eq!(stub.mints.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn keys_pasted_with_indentation_or_crlf_still_parse() {
+    let indented: String = PKCS1.lines().map(|l| format!("    {l}\r\n")).collect();
+    let key = AppKey::from_pem(&indented).unwrap();
+    assert_eq!(
+        key.public_key_der(),
+        AppKey::from_pem(PKCS1).unwrap().public_key_der()
+    );
+    let other = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+    let err = AppKey::from_pem(other).unwrap_err();
+    assert!(
+        err.to_string().contains("no RSA private key block"),
+        "{err}"
+    );
+}

@@ -84,5 +84,30 @@ pub unsafe fn set_network_timeouts(
     Ok(())
 }
 
+/// Largest tree libgit2 keeps in its object cache. Its default (4 KiB) leaves out the tree
+/// of any directory of more than about a hundred entries (`apps/` of 1,000 Deployments is
+/// 35 KiB), so every path looked up under it inflated that tree from the pack again: one
+/// read per intent, growing with the number of watches writing the repository.
+const CACHED_TREE_MAX: usize = 1 << 20;
+/// All objects libgit2 caches at once, every repository together (its default: 256 MiB).
+const OBJECT_CACHE_MAX: isize = 64 << 20;
+
+/// Let libgit2 cache trees up to [`CACHED_TREE_MAX`], within [`OBJECT_CACHE_MAX`] in all.
+///
+/// # Safety
+///
+/// libgit2 keeps these in unsynchronized process globals: call this once at startup,
+/// before any git operation of this module can run on another thread.
+pub unsafe fn set_object_cache() -> Result<()> {
+    // SAFETY: the caller guarantees no concurrent git operation (see above).
+    unsafe {
+        git2::opts::set_cache_object_limit(git2::ObjectType::Tree, CACHED_TREE_MAX)
+            .map_err(|e| GitError::git("set the tree cache limit", e))?;
+        git2::opts::set_cache_max_size(OBJECT_CACHE_MAX)
+            .map_err(|e| GitError::git("set the object cache size", e))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,10 @@
 //!   advertisement and update, protected branch, hook refusal), delivered
 //!   through the `push_update_reference` callback.
 //!
+//! [`PushMode::FastForwardFrom`] adds an exact check: the remote must still hold the very
+//! commit ours was made on, checked in `push_negotiation` (below) on the tip advertised on
+//! this connection.
+//!
 //! The one exception is a private push branch ([`PushMode::ForceWithLease`]):
 //! it is rewritten with `+`, but only when the remote still holds exactly
 //! the tip we inspected. The check runs in `push_negotiation`, on the tip
@@ -44,6 +48,10 @@ pub struct PushOutcome {
 pub enum PushMode {
     /// Only forward: the remote tip must be an ancestor of the new commit.
     FastForward,
+    /// Only forward, and only from `expected`: the remote tip must be exactly the commit the
+    /// new one was made on (it may be older than a fetch, e.g. the writer's own last push),
+    /// so neither a commit pushed since nor a branch reset since is ever overwritten.
+    FastForwardFrom { expected: Oid },
     /// Replace the remote tip whatever it is, provided it is still
     /// `expected` (`None`: the branch must not exist yet). For private push
     /// branches only.
@@ -92,7 +100,7 @@ impl Repo {
             .reference(&pending, commit, true, "imagewatch: push")
             .map_err(|e| GitError::git("update pending ref", e))?;
         let force = match mode {
-            PushMode::FastForward => "",
+            PushMode::FastForward | PushMode::FastForwardFrom { .. } => "",
             PushMode::ForceWithLease { .. } => "+",
         };
         let refspec = format!("{force}{pending}:refs/heads/{branch}");
@@ -122,13 +130,14 @@ impl Repo {
                 let old = u.src();
                 let old = (!old.is_zero()).then_some(old);
                 *previous.borrow_mut() = old;
-                if let PushMode::ForceWithLease { expected } = mode
-                    && old != expected
-                {
+                let expected = match mode {
+                    PushMode::FastForward => old,
+                    PushMode::FastForwardFrom { expected } => Some(expected),
+                    PushMode::ForceWithLease { expected } => expected,
+                };
+                if old != expected {
                     *lease_broken.borrow_mut() = Some(old);
-                    return Err(git2::Error::from_str(
-                        "push branch moved since it was checked",
-                    ));
+                    return Err(git2::Error::from_str("branch moved since it was read"));
                 }
             }
             Ok(())

@@ -9,7 +9,7 @@
 //! patches: recomputing on a newer head yields exactly the change still
 //! needed, or nothing if someone else already made it.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use git2::Oid;
 
@@ -157,16 +157,18 @@ pub fn write_with_retry_signed(
 /// 100 ms, 200 ms, 400 ms, ... capped at 2 s, plus up to 50 % jitter so
 /// that writers racing for the same branch do not retry in lockstep.
 pub fn backoff(attempt: u32) -> Duration {
-    let base_ms = 100u64
-        .saturating_mul(1 << attempt.saturating_sub(1).min(5))
-        .min(2_000);
-    // The sub-second clock is plenty of randomness for spreading retries.
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let jitter_ms = u64::from(nanos) % (base_ms / 2 + 1);
-    Duration::from_millis(base_ms + jitter_ms)
+    use backon::{BackoffBuilder as _, ExponentialBuilder};
+    let max = Duration::from_secs(2);
+    let base = ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(attempt.saturating_sub(1).min(5) as usize)
+        .unwrap_or(max);
+    // backon's own jitter adds up to 100 %; the spread here stays within 50 %.
+    base + base.mul_f64(fastrand::f64() / 2.0)
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use std::{
 };
 
 use imagewatch::{
-    controller::writer::{GitWriter, WriteRequest, WriterOptions},
     git::{Author, GitAuth},
     manifests::{ImageChange, TargetSpec, WorkloadTarget},
     telemetry::Metrics,
+    writer::{GitWriter, WriteRequest, WriterOptions},
 };
 use tempfile::TempDir;
 
