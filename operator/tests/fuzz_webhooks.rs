@@ -18,10 +18,10 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use imagewatch::registry::{RepositoryRef, is_ecr_host, is_valid_digest, is_valid_tag};
-use imagewatch::triggers::RegistryEvent;
-use imagewatch::triggers::eventbridge::{self, EVENT_SOURCE};
-use imagewatch::triggers::webhook::Provider;
-use imagewatch::triggers::webhook::payloads::{self, ParseOptions};
+use imagewatch::sources::RegistryEvent;
+use imagewatch::sources::eventbridge::{self, EVENT_SOURCE};
+use imagewatch::sources::webhook::Provider;
+use imagewatch::sources::webhook::payloads::{self, ParseOptions};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::RngSeed;

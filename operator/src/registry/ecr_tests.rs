@@ -69,6 +69,7 @@ pub(crate) fn moto_url() -> &'static str {
 pub(crate) fn test_sdk_config(endpoint: &str) -> SdkConfig {
     SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
+        .http_client(super::aws_http_client())
         .region(Region::new(MOTO_REGION))
         .credentials_provider(SharedCredentialsProvider::new(AwsCredentials::new(
             "test",
@@ -542,6 +543,7 @@ async fn one_credential_fetch_for_all_regions() {
     );
     let config = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
+        .http_client(super::aws_http_client())
         .region(Region::new(MOTO_REGION))
         .credentials_provider(SharedCredentialsProvider::new(
             aws_config::credential_process::CredentialProcessProvider::new(command),

@@ -7,16 +7,22 @@
 //! registry's own explanation and whose [`RegistryError::category`] labels metrics.
 //!
 //! - [`reference`](mod@reference): image name → registry host + repository path; tag/digest grammar; ECR hosts.
+//! - [`repository_pattern`]: repository patterns of pattern watches, `$n` captures.
 //! - [`dockerconfig`]: credentials for one host out of a `.dockerconfigjson` secret.
 //! - [`auth`]: credentials, `WWW-Authenticate` parsing, the shared bearer-token cache.
+//! - [`wide_tokens`]: registry-wide bearer tokens covering the pull scopes of many
+//!   repositories.
 //! - [`distribution`]: [`RegistryClient`], the OCI distribution API client and default
 //!   [`TagSource`]. Registries with richer APIs (ECR, with push times) get their own
 //!   `TagSource`, chosen with [`is_ecr_host`].
 //! - [`ratelimit`]: per-host request rate, pauses after 429, retries of 5xx and timeouts.
+//! - [`source`]: the [`TagSource`] trait, what the controller asks for tags and digests.
 //! - [`settings`]: per-registry settings (plain HTTP, extra CA, rate, lookup budget) and
 //!   their JSON/YAML format, read with [`parse_registries_config`].
 //! - [`metadata`]: image `created` times for `Newest` ordering on registries whose tag
 //!   lists carry no times, bounded per scan and cached by digest.
+//! - `created_cache`: what those lookups remember (per tag, per digest; bounded) and which
+//!   tags a scan looks up next.
 //!
 //! # Newest order
 //!
@@ -28,14 +34,20 @@
 
 pub mod artifacts;
 pub mod auth;
+mod created_cache;
 pub mod distribution;
 pub mod dockerconfig;
 pub mod ecr;
 pub mod error;
+pub mod event;
 pub mod metadata;
+pub mod pattern_image;
 pub mod ratelimit;
 pub mod reference;
+pub use imagewatch_engine::pattern as repository_pattern;
 pub mod settings;
+pub mod source;
+pub mod wide_tokens;
 
 #[cfg(test)]
 mod created_tests;
@@ -52,48 +64,14 @@ pub use auth::Credentials;
 pub use distribution::{RateLimitWaits, RegistryClient, RegistryOptions, TagPaging};
 pub use dockerconfig::{dockerconfig_hosts, from_dockerconfigjson};
 pub use error::RegistryError;
+pub use event::RegistryEvent;
 pub use metadata::TimedTags;
 pub use reference::{
     DOCKER_HUB_REGISTRY, RepositoryRef, is_docker_hub_host, is_ecr_host, is_valid_digest,
     is_valid_tag,
 };
 pub use settings::{RegistrySettings, parse_registries_config};
-
-use futures::future::BoxFuture;
+pub use source::TagSource;
 
 /// One tag as seen by a tag source (shared with the tag policy, which orders them).
 pub use crate::policy::TagInfo;
-
-/// Where the controller gets tags and digests from. Object-safe (boxed futures, no
-/// `async_trait`) so the controller can hold `Arc<dyn TagSource>` and pick the
-/// implementation per registry.
-pub trait TagSource: Send + Sync {
-    /// All tags of `repo`.
-    fn list<'a>(
-        &'a self,
-        repo: &'a RepositoryRef,
-        creds: &'a Credentials,
-    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>>;
-
-    /// Manifest digest of `reference` (a tag or a digest) in `repo`; `Ok(None)` when it does
-    /// not exist.
-    fn digest<'a>(
-        &'a self,
-        repo: &'a RepositoryRef,
-        reference: &'a str,
-        creds: &'a Credentials,
-    ) -> BoxFuture<'a, Result<Option<String>, RegistryError>>;
-
-    /// All tags of `repo` with `pushed_at` filled as far as this source can, for `Newest`
-    /// ordering; `budget` bounds extra per-tag lookups (`None`: the source's default). The
-    /// default is [`Self::list`], right for sources whose listing carries push times.
-    fn list_with_times<'a>(
-        &'a self,
-        repo: &'a RepositoryRef,
-        creds: &'a Credentials,
-        budget: Option<u32>,
-    ) -> BoxFuture<'a, Result<Vec<TagInfo>, RegistryError>> {
-        let _ = budget;
-        self.list(repo, creds)
-    }
-}

@@ -7,9 +7,14 @@
 //! and sleeps until it, so waiting costs one timer per request and no polling, and callers are
 //! served in arrival order. The schedule itself (`Bucket::reserve`) takes the current
 //! instant as an argument, so tests check it deterministically with made-up instants.
+//!
+//! Kept rather than `governor`: governor's GCRA admits or rejects (`check` returns the
+//! earliest time to try again) and its `until_ready` re-checks after sleeping, so it has no
+//! reservation of a future slot (arrival order), no refund for a waiter that is cancelled,
+//! and no pause after a 429 that also holds callers already waiting — the behaviours the
+//! tests below pin down.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -180,10 +185,17 @@ impl RetryPolicy {
     /// Delay before retry number `retry` (1-based), with up to 25 % random jitter so that
     /// watches failing together do not retry in lockstep.
     pub(crate) fn delay(&self, retry: u32) -> Duration {
-        let factor = 4u32.saturating_pow(retry.saturating_sub(1));
-        let delay = self.base.saturating_mul(factor).min(self.max);
-        let jitter = RandomState::new().hash_one(retry) % 1000;
-        delay + delay.mul_f64(jitter as f64 / 4000.0)
+        use backon::{BackoffBuilder as _, ExponentialBuilder};
+        let delay = ExponentialBuilder::new()
+            .with_min_delay(self.base)
+            .with_max_delay(self.max)
+            .with_factor(4.0)
+            .without_max_times()
+            .build()
+            .nth(retry.saturating_sub(1).min(16) as usize)
+            .unwrap_or(self.max);
+        // backon's own jitter adds up to 100 %; the spread here stays within 25 %.
+        delay + delay.mul_f64(fastrand::f64() / 4.0)
     }
 }
 

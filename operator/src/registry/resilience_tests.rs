@@ -4,16 +4,18 @@
 //! challenge flow, per-host rate limits, 429 pauses, 5xx retries, timeouts, and a private CA.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use futures::future::BoxFuture;
 
 use super::auth::{
     AuthScheme, TokenKey, parse_token_response, parse_www_authenticate, select_scheme,
 };
-use super::distribution::{Tuning, token_url};
+use super::distribution::Tuning;
+use super::distribution::token::token_url;
 use super::ratelimit::RetryPolicy;
 use super::test_server::{TestCertificates, TestRequest, TestResponse, TestServer, TlsFront};
 use super::*;
@@ -695,6 +697,13 @@ struct ScopedRegistry {
     /// The scopes of every token request answered with a token, in order.
     answered: Mutex<Vec<Vec<String>>>,
     refused: AtomicUsize,
+    /// How the token server answers a form `POST`: 0 takes it (the OAuth2 flow of
+    /// distribution's token spec, credentials `u`/`p`); otherwise that status, as a token
+    /// server that takes only `GET`.
+    form_status: AtomicU16,
+    /// Form `POST`s received, and the `GET` token requests' URLs (path and query).
+    posts: AtomicUsize,
+    get_targets: Mutex<Vec<String>>,
 }
 
 impl ScopedRegistry {
@@ -715,9 +724,49 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
         let state = state.clone();
         Box::pin(async move {
             let host = req.header("host").unwrap_or("").to_string();
+            if req.path() == "/token" && req.method == "POST" {
+                state.posts.fetch_add(1, Ordering::SeqCst);
+                let status = state.form_status.load(Ordering::SeqCst);
+                if status != 0 {
+                    return TestResponse::new(status).json(r#"{"details":"not found"}"#);
+                }
+                if req.header("content-type") != Some("application/x-www-form-urlencoded")
+                    || req.form("grant_type").as_deref() != Some("password")
+                    || req.form("service").as_deref() != Some("scoped")
+                    || req.form("client_id").is_none_or(|id| id.is_empty())
+                {
+                    return TestResponse::new(400).json(r#"{"error":"invalid_request"}"#);
+                }
+                if req.form("username").as_deref() != Some("u")
+                    || req.form("password").as_deref() != Some("p")
+                {
+                    return TestResponse::new(401).json(r#"{"error":"invalid_grant"}"#);
+                }
+            } else if req.path() == "/token" {
+                state.get_targets.lock().unwrap().push(req.target.clone());
+                if let Some(auth) = req.header("authorization")
+                    && auth
+                        != format!(
+                            "Basic {}",
+                            base64::engine::general_purpose::STANDARD.encode("u:p")
+                        )
+                {
+                    return TestResponse::new(401).json(r#"{"details":"bad credentials"}"#);
+                }
+            }
             if req.path() == "/token" {
-                let scopes = req.query_all("scope");
-                if req.query("service").as_deref() != Some("scoped") || scopes.is_empty() {
+                let form_scopes = (req.method == "POST").then(|| req.form("scope"));
+                let scopes: Vec<String> = match &form_scopes {
+                    Some(scope) => scope
+                        .iter()
+                        .flat_map(|s| s.split(' '))
+                        .map(str::to_string)
+                        .collect(),
+                    None => req.query_all("scope"),
+                };
+                if (form_scopes.is_none() && req.query("service").as_deref() != Some("scoped"))
+                    || scopes.is_empty()
+                {
                     return TestResponse::new(400).json(r#"{"details":"bad service or scope"}"#);
                 }
                 let max = state.max_scopes.load(Ordering::SeqCst);
@@ -732,6 +781,15 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                     .filter(|s| scopes.len() == 1 || !s.starts_with("repository:locked/"))
                     .cloned()
                     .collect();
+                let granted_scope = {
+                    let mut granted: Vec<&String> = granted.iter().collect();
+                    granted.sort();
+                    granted
+                        .into_iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
                 let token = {
                     let mut grants = state.grants.lock().unwrap();
                     let padding = state.token_bytes_per_scope.load(Ordering::SeqCst);
@@ -745,6 +803,12 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                 };
                 state.answered.lock().unwrap().push(scopes);
                 let expires = state.expires_in.load(Ordering::SeqCst).max(1);
+                if form_scopes.is_some() {
+                    // The OAuth2 answer: access_token and the granted scope.
+                    return TestResponse::new(200).json(&format!(
+                        r#"{{"access_token":"{token}","scope":"{granted_scope}","expires_in":{expires}}}"#
+                    ));
+                }
                 return TestResponse::new(200)
                     .json(&format!(r#"{{"token":"{token}","expires_in":{expires}}}"#));
             }
@@ -985,4 +1049,147 @@ async fn a_refused_token_request_is_counted_as_refused_not_as_a_refresh() {
     assert_eq!(client.token_outcomes(), vec![("unauthorized", 1)]);
     let sent: u64 = client.http_requests().iter().map(|(_, n)| n).sum();
     assert_eq!(sent as usize, server.requests().len());
+}
+
+/// Lists every repository with `creds`, `in_flight` at a time, and checks each listing.
+async fn list_all_with(
+    client: &RegistryClient,
+    repos: &[RepositoryRef],
+    creds: &Credentials,
+    in_flight: usize,
+) {
+    use futures::StreamExt as _;
+    let results: Vec<_> = futures::stream::iter(repos)
+        .map(|repo| async move { (repo, client.list_tags(repo, creds).await) })
+        .buffer_unordered(in_flight)
+        .collect()
+        .await;
+    for (repo, result) in results {
+        let tags = result.unwrap_or_else(|e| panic!("{repo}: {e}"));
+        assert_eq!(tags, vec!["v1"], "{repo}");
+    }
+}
+
+fn announce(
+    client: &RegistryClient,
+    server: &TestServer,
+    creds: &Credentials,
+    repos: &[RepositoryRef],
+) {
+    client.expect_repositories(&server.host(), creds, repos.iter().map(|r| r.path.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(20, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(60));
+    let creds = Credentials::basic("u", "p");
+    let repos = scoped_repos(&server, "team/app", 5000);
+    let wanted = pull_scopes(&repos);
+    // As the controller does at start: every watched repository is announced first.
+    announce(&client, &server, &creds, &repos);
+
+    list_all_with(&client, &repos, &creds, 200).await;
+    let tokens = server.count("/token");
+    eprintln!("5000 repositories listed 200 at a time: {tokens} token request(s)");
+    // One request, a form POST naming all 5,000 (a GET for them would be a 250 KB URL).
+    assert_eq!(tokens, 1);
+    assert_eq!(state.posts.load(Ordering::SeqCst), 1);
+    assert!(state.get_targets.lock().unwrap().is_empty());
+    assert_eq!(client.token_fetches(), 1);
+    let answered = state.answered();
+    let first: HashSet<String> = answered[0].iter().cloned().collect();
+    assert_eq!(first, wanted);
+
+    // Once it is no longer handed out, one request renews it, again for all of them.
+    let deadline = client
+        .wide_token_usable_until(&server.host(), &creds)
+        .unwrap();
+    tokio::time::sleep_until(deadline.into()).await;
+    list_all_with(&client, &repos, &creds, 200).await;
+    assert_eq!(server.count("/token"), 2);
+    assert_eq!(state.posts.load(Ordering::SeqCst), 2);
+    assert_eq!(client.token_fetches(), 2);
+    let answered = state.answered();
+    let renewal: HashSet<String> = answered[1].iter().cloned().collect();
+    assert_eq!(renewal, wanted);
+}
+
+/// A token server that takes only `GET` (answering the form `POST` with `status`): asked
+/// once with the form, then with `GET`, each URL within the budget and all repositories
+/// covered, without halving the scopes per request.
+async fn get_only_token_server(status: u16) {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    state.form_status.store(status, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(60));
+    let creds = Credentials::basic("u", "p");
+    let repos = scoped_repos(&server, "team/app", 2000);
+    announce(&client, &server, &creds, &repos);
+
+    list_all_with(&client, &repos, &creds, 200).await;
+    let gets = state.get_targets.lock().unwrap().clone();
+    eprintln!(
+        "2000 repositories, POST answered {status}: 1 form request, then {} GET token request(s)",
+        gets.len()
+    );
+    assert_eq!(state.posts.load(Ordering::SeqCst), 1);
+    // 2,000 scopes are about 90 KB of query: two URLs of at most 64 KiB.
+    assert_eq!(
+        gets.len(),
+        2,
+        "{:?}",
+        gets.iter().map(String::len).collect::<Vec<_>>()
+    );
+    let base = format!("http://{}", server.host()).len();
+    assert!(gets.iter().all(|t| base + t.len() <= 64 * 1024));
+    let covered: HashSet<String> = state.answered().into_iter().flatten().collect();
+    assert_eq!(covered, pull_scopes(&repos));
+    // The refused form (which sent nothing further: too long for a URL), then the two GETs.
+    assert_eq!(client.token_fetches(), 3);
+
+    // The server is remembered as GET-only: a new repository's token needs one GET.
+    let more = scoped_repos(&server, "team/extra", 1);
+    list_all_with(&client, &more, &creds, 1).await;
+    assert_eq!(state.posts.load(Ordering::SeqCst), 1);
+    assert_eq!(state.get_targets.lock().unwrap().len(), 3);
+    list_all_with(&client, &repos, &creds, 200).await;
+    assert_eq!(server.count("/token"), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_server_without_the_form_answering_404_is_asked_with_get() {
+    get_only_token_server(404).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_server_without_the_form_answering_405_is_asked_with_get() {
+    get_only_token_server(405).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_credentials_are_refused_and_the_form_stays_in_use() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let repos = scoped_repos(&server, "team/app", 3);
+    // The form is refused (401), and so is the GET: the listing fails as unauthorized.
+    let err = client
+        .list_tags(&repos[0], &Credentials::basic("u", "wrong"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "unauthorized", "{err}");
+    assert_eq!(state.posts.load(Ordering::SeqCst), 1);
+    assert_eq!(state.get_targets.lock().unwrap().len(), 1);
+    assert_eq!(client.token_outcomes(), vec![("unauthorized", 1)]);
+    // With the right credentials the form is used again: the server takes it.
+    let creds = Credentials::basic("u", "p");
+    announce(&client, &server, &creds, &repos);
+    list_all_with(&client, &repos, &creds, 3).await;
+    assert_eq!(state.posts.load(Ordering::SeqCst), 2);
+    assert_eq!(state.get_targets.lock().unwrap().len(), 1);
 }

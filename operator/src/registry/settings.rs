@@ -184,10 +184,19 @@ pub(crate) fn parse_ca_pem(pem: &str) -> Result<Vec<reqwest::Certificate>, Strin
         .collect()
 }
 
+pub(super) fn normalize_host(host: &str) -> String {
+    let lower = host.trim().to_ascii_lowercase();
+    let without_scheme = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"))
+        .unwrap_or(&lower);
+    without_scheme.trim_end_matches('/').to_string()
+}
+
 /// `host[:port]` as registries are keyed: lower case, no scheme, no trailing `/`, Docker
 /// Hub under its API host. `None` for something that cannot be a host.
 pub(crate) fn normalize_settings_host(raw: &str) -> Option<String> {
-    let host = super::distribution::normalize_host(raw);
+    let host = normalize_host(raw);
     if host == DEFAULT_SETTINGS_KEY {
         return Some(host);
     }
@@ -207,7 +216,7 @@ pub(crate) fn normalize_settings_host(raw: &str) -> Option<String> {
 /// The key a host's settings are stored under ([`normalize_settings_host`], or just the
 /// normalised text for something that is not a host).
 pub(crate) fn host_key(host: &str) -> String {
-    normalize_settings_host(host).unwrap_or_else(|| super::distribution::normalize_host(host))
+    normalize_settings_host(host).unwrap_or_else(|| normalize_host(host))
 }
 
 /// Effective limits for `host` given the normalised settings.
@@ -243,6 +252,12 @@ pub(crate) fn limits_for(registries: &HashMap<String, RegistrySettings>, host: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn insecure_host_normalisation() {
+        assert_eq!(normalize_host(" HTTP://Reg.Local:5000/ "), "reg.local:5000");
+        assert_eq!(normalize_host("reg.local"), "reg.local");
+    }
 
     #[test]
     fn yaml_and_json_forms() {

@@ -2,8 +2,9 @@
 //! registry and its token server, so authentication, caching and pagination can be tested
 //! without a network or a real registry.
 //!
-//! One request per connection (`Connection: close`), no request bodies: enough for the
-//! GET/HEAD traffic of the registry client. A request head above [`MAX_HEAD_BYTES`] is
+//! One request per connection (`Connection: close`), with the body `Content-Length` says:
+//! enough for the GET/HEAD traffic of the registry client and the form `POST`s of its token
+//! requests. A request head above [`MAX_HEAD_BYTES`] is
 //! answered with 431, as Go's and hyper's servers do beyond their limits. Every request is
 //! logged, so tests can count what reached the server (token fetches, retries). Variants: a
 //! server that accepts and never answers (timeouts), and a TLS front with a test CA made by
@@ -27,6 +28,8 @@ pub(crate) struct TestRequest {
     /// Path and query, as sent.
     pub target: String,
     pub headers: Vec<(String, String)>,
+    /// The body, as long as `Content-Length` says (empty without it).
+    pub body: Vec<u8>,
 }
 
 impl TestRequest {
@@ -45,6 +48,13 @@ impl TestRequest {
     /// the scopes in these tests need).
     pub fn query(&self, name: &str) -> Option<String> {
         self.query_all(name).into_iter().next()
+    }
+
+    /// Value of a field of an `application/x-www-form-urlencoded` body.
+    pub fn form(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(&self.body)
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
     }
 
     /// Every value of a repeated query parameter, in order (decoded as [`Self::query`]).
@@ -206,11 +216,25 @@ async fn serve(mut stream: TcpStream, handler: Handler, log: RequestLog) {
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect();
     let is_head = method == "HEAD";
-    let request = TestRequest {
+    let mut request = TestRequest {
         method,
         target,
         headers,
+        body: Vec::new(),
     };
+    let length: usize = request
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf.split_off(head_end + 4);
+    while body.len() < length {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    body.truncate(length);
+    request.body = body;
     log.lock().unwrap().push(request.clone());
     let response = handler(request).await;
 

@@ -52,6 +52,7 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
     MessageSystemAttributeName,
 };
+use backon::{BackoffBuilder as _, ExponentialBackoff, ExponentialBuilder};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -522,11 +523,29 @@ pub fn region_from_queue_url(url: &str) -> Option<String> {
     valid.then(|| region.to_string())
 }
 
+/// The waits between failed receives: 1 s doubling to a minute.
+const RECEIVE_BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(BACKOFF_MIN)
+    .with_max_delay(BACKOFF_MAX)
+    .with_factor(2.0)
+    .without_max_times();
+
 /// Exponential backoff between failed receives, with a log budget.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Backoff {
     /// Consecutive failures.
     failures: u64,
+    /// The waits of the current failure streak.
+    delays: ExponentialBackoff,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            failures: 0,
+            delays: RECEIVE_BACKOFF.build(),
+        }
+    }
 }
 
 impl Backoff {
@@ -534,13 +553,13 @@ impl Backoff {
     /// 2nd, 4th, 8th … failure of a streak).
     fn failed(&mut self) -> (Duration, bool) {
         self.failures += 1;
-        let exponent = u32::try_from(self.failures - 1).unwrap_or(u32::MAX).min(16);
-        let delay = BACKOFF_MIN.saturating_mul(1 << exponent).min(BACKOFF_MAX);
+        let delay = self.delays.next().unwrap_or(BACKOFF_MAX);
         (delay, self.failures.is_power_of_two())
     }
 
     /// Records a success; returns the length of the failure streak it ended, if any.
     fn succeeded(&mut self) -> Option<u64> {
+        self.delays = RECEIVE_BACKOFF.build();
         let failures = std::mem::take(&mut self.failures);
         (failures > 0).then_some(failures)
     }

@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::Provider;
 use crate::registry::reference::{RepositoryRef, is_valid_digest, is_valid_tag};
-use crate::triggers::RegistryEvent;
+use crate::sources::RegistryEvent;
 
 /// Registry host of GitHub's Container registry.
 pub const GHCR_REGISTRY: &str = "ghcr.io";

@@ -1,8 +1,5 @@
-//! Triggers: what makes imagewatch look at a registry repository now instead of at its next
-//! polling interval — registry webhooks and SQS messages (ECR via EventBridge).
-//!
-//! A trigger never causes a commit by itself: it only asks the repository index to rescan the
-//! named repository, and only when some watch references it. The registry's answer decides.
+//! What a registry event says: which repository changed, and when. Triggers (`sources/`)
+//! produce it; the router, the index and the peers of sharding consume it.
 
 /// A registry said something changed in a repository.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -21,6 +18,3 @@ pub struct RegistryEvent {
     /// is ordered by under `order: Newest`).
     pub at: Option<jiff::Timestamp>,
 }
-pub mod eventbridge;
-pub mod sqs;
-pub mod webhook;
