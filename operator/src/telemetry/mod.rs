@@ -2,6 +2,8 @@
 //!
 //! Metric labels are low-cardinality: an outcome or an error category, never a formatted message.
 
+pub mod watch_metrics;
+
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,7 +16,7 @@ use prometheus_client::{
 };
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
-use crate::cli::LogFormat;
+use crate::config::LogFormat;
 
 /// Installs the global tracing subscriber (`RUST_LOG` filters; default `info`). Logs go to
 /// stderr; text logs are coloured only when stderr is a terminal (a container runtime or a
@@ -158,6 +160,24 @@ impl<K: std::hash::Hash + Eq> CountDeltas<K> {
 pub struct ControllerLabels {
     /// `imagewatch` or `promotionpolicy`.
     pub controller: String,
+}
+
+/// Labels of a failed reconcile: which controller, who can fix it, and the `Ready` reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileErrorLabels {
+    /// `imagewatch` or `promotionpolicy`.
+    pub controller: String,
+    /// `user`, `transient` or `internal`.
+    pub category: String,
+    /// The condition reason reported (`InvalidSpec`, `RegistryError`, `GitError`, …).
+    pub reason: String,
+}
+
+/// Which shared cache: `scans`, `appearances` or `failures`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `scans` (repository index), `appearances` (tag times) or `failures` (backoff counters).
+    pub cache: String,
 }
 
 /// Labels of a controller stream error (its watch or its runner failing).
@@ -347,6 +367,12 @@ pub struct Metrics {
     pub reconcile_duration_seconds: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     /// Controller stream errors (watch or runner failures), by controller.
     pub controller_stream_errors: Family<ControllerErrorLabels, Counter>,
+    /// Failed reconciles by controller, error category and reason.
+    pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
+    /// Entries of the shared caches after the last sweep, by cache.
+    pub cache_entries: Family<CacheLabels, Gauge>,
+    /// Entries the sweep forgot because no watch referenced them, by cache.
+    pub cache_evictions: Family<CacheLabels, Counter>,
     /// ImageWatches currently known.
     pub watches: Gauge,
     /// ImageWatches by the status and reason of their `Ready` condition.
@@ -445,6 +471,24 @@ impl Metrics {
             "controller_stream_errors",
             "Controller stream errors (watch or runner failures), by controller",
             controller_stream_errors.clone(),
+        );
+        let reconcile_errors = Family::<ReconcileErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles by controller, category (user, transient, internal) and reason",
+            reconcile_errors.clone(),
+        );
+        let cache_entries = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "cache_entries",
+            "Entries of the shared caches after the last sweep, by cache",
+            cache_entries.clone(),
+        );
+        let cache_evictions = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "cache_evictions",
+            "Cache entries forgotten because no watch referenced them, by cache",
+            cache_evictions.clone(),
         );
         let push_to_commit_seconds =
             Histogram::new([0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0]);
@@ -610,6 +654,9 @@ impl Metrics {
             webhook_requests,
             reconcile_duration_seconds,
             controller_stream_errors,
+            reconcile_errors,
+            cache_entries,
+            cache_evictions,
             watches,
             watch_conditions,
             watch_not_ready_seconds_max,

@@ -1,0 +1,353 @@
+//! Dereference step for watches without `spec.git`: the repository, revision and base path
+//! come from the Argo CD Application that manages the ImageWatch object itself.
+//!
+//! Argo CD marks what it manages either with the annotation `argocd.argoproj.io/tracking-id`
+//! (`<app>:<group>/<kind>:<namespace>/<name>`, where `<app>` is `<namespace>_<name>` when
+//! Applications live outside Argo CD's own namespace) or with the label
+//! `app.kubernetes.io/instance: <app>` (the default label tracking). Credentials come from a
+//! Secret in the watch's namespace labelled `imagewatch.dev/git-credentials: "true"` whose
+//! annotation `imagewatch.dev/url-prefix` is the longest prefix of the repository URL.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
+};
+
+use crate::error::ReconcileError;
+use crate::ttl_cache::TtlCache;
+
+/// Annotation Argo CD writes with annotation-based resource tracking.
+pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
+/// Label Argo CD writes with label-based resource tracking (its default).
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Label marking a Secret as Git credentials for watches in its namespace.
+pub const CREDENTIALS_LABEL: &str = "imagewatch.dev/git-credentials";
+/// Annotation holding the URL prefix a credentials Secret is for.
+pub const URL_PREFIX_ANNOTATION: &str = "imagewatch.dev/url-prefix";
+
+/// Which Application manages an object (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplicationKey {
+    /// Application namespace (None: Argo CD's own namespace).
+    pub namespace: Option<String>,
+    /// Application name.
+    pub name: String,
+}
+
+/// Finds the managing Application from an object's annotations and labels (pure).
+pub fn managing_application(
+    annotations: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<ApplicationKey> {
+    if let Some(id) = annotations.get(TRACKING_ANNOTATION) {
+        let app = id.split(':').next().unwrap_or_default();
+        if !app.is_empty() {
+            return Some(match app.split_once('_') {
+                Some((ns, name)) => ApplicationKey {
+                    namespace: Some(ns.to_string()),
+                    name: name.to_string(),
+                },
+                None => ApplicationKey {
+                    namespace: None,
+                    name: app.to_string(),
+                },
+            });
+        }
+    }
+    labels
+        .get(INSTANCE_LABEL)
+        .filter(|v| !v.is_empty())
+        .map(|name| ApplicationKey {
+            namespace: None,
+            name: name.clone(),
+        })
+}
+
+/// The Git location an Application deploys from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplicationSource {
+    /// `spec.source.repoURL`.
+    pub repo_url: String,
+    /// `spec.source.targetRevision` (a branch; `HEAD` or empty means `main`).
+    pub branch: String,
+    /// `spec.source.path`.
+    pub path: String,
+}
+
+/// Reads `spec.source` (or the first of `spec.sources`) of an Application (pure).
+pub fn application_source(app: &serde_json::Value) -> Result<ApplicationSource, String> {
+    let spec = app.get("spec").ok_or("the Application has no spec")?;
+    let source = spec
+        .get("source")
+        .or_else(|| spec.get("sources").and_then(|s| s.get(0)))
+        .ok_or("the Application has no spec.source")?;
+    let repo_url = source
+        .get("repoURL")
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .ok_or("the Application's source has no repoURL")?
+        .to_string();
+    let revision = source
+        .get("targetRevision")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    let branch = match revision {
+        "" | "HEAD" => "main".to_string(),
+        other => other.trim_start_matches("refs/heads/").to_string(),
+    };
+    let path = source
+        .get("path")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .trim_matches('/')
+        .to_string();
+    Ok(ApplicationSource {
+        repo_url,
+        branch,
+        path,
+    })
+}
+
+/// Whether the Application `app` (living in `app_namespace`) may be the source of an object
+/// in `namespace` (pure): it lives in that namespace (Applications in any namespace), or it
+/// deploys to it (`spec.destination.namespace`). Anyone can write a tracking annotation or an
+/// instance label, so naming another tenant's Application must not lend its repository.
+pub fn deploys_to(app_namespace: &str, app: &serde_json::Value, namespace: &str) -> bool {
+    let destination = app
+        .pointer("/spec/destination/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    app_namespace == namespace || destination == namespace
+}
+
+/// The refusal of an Application that does not exist or does not deploy to `namespace`:
+/// the same words either way, so a tenant learns nothing about other tenants' Applications.
+fn not_deploying_here(app_ns: &str, name: &str, namespace: &str) -> ReconcileError {
+    ReconcileError::NotAllowed(format!(
+        "the Argo CD Application {app_ns}/{name} named by this object's tracking annotation or \
+         app.kubernetes.io/instance label does not exist or does not deploy to namespace \
+         {namespace}; only an Application whose spec.destination.namespace is {namespace} \
+         (or that lives in {namespace}) can supply spec.git"
+    ))
+}
+
+/// Picks the credentials Secret with the longest `url-prefix` matching `url` (pure).
+pub fn best_credentials<'a>(secrets: &'a [Secret], url: &str) -> Option<&'a Secret> {
+    secrets
+        .iter()
+        .filter_map(|s| {
+            let prefix = s.annotations().get(URL_PREFIX_ANNOTATION)?;
+            url.starts_with(prefix.as_str())
+                .then_some((prefix.len(), s))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, s)| s)
+}
+
+fn application_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+        "applications",
+    )
+}
+
+/// Resolves the Application managing a watch and returns its source, plus the name of the
+/// credentials Secret for its URL (if one is labelled in `namespace`).
+pub async fn resolve(
+    client: &Client,
+    argocd_namespace: &str,
+    namespace: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(ApplicationSource, Option<String>), ReconcileError> {
+    let key = managing_application(annotations, labels).ok_or_else(|| {
+        ReconcileError::InvalidSpec(
+            "spec.git is not set and no Argo CD Application manages this object (no tracking annotation or app.kubernetes.io/instance label)".to_string(),
+        )
+    })?;
+    let app_ns = key
+        .namespace
+        .clone()
+        .unwrap_or_else(|| argocd_namespace.to_string());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &app_ns, &application_resource());
+    let app = match api.get_opt(&key.name).await {
+        Ok(Some(app)) if deploys_to(&app_ns, &app.data, namespace) => app,
+        Ok(_) => return Err(not_deploying_here(&app_ns, &key.name, namespace)),
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Err(ReconcileError::TargetNotFound(
+                "spec.git is not set and the Argo CD Application API is not installed".to_string(),
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let source = application_source(&app.data).map_err(|e| {
+        ReconcileError::InvalidSpec(format!("Argo CD Application {app_ns}/{}: {e}", key.name))
+    })?;
+    crate::git::check_tenant_url(&source.repo_url).map_err(|e| {
+        ReconcileError::InvalidSpec(format!(
+            "Argo CD Application {app_ns}/{} spec.source.repoURL: {e}",
+            key.name
+        ))
+    })?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let labelled = secrets
+        .list(&ListParams::default().labels(&format!("{CREDENTIALS_LABEL}=true")))
+        .await?;
+    let secret = best_credentials(&labelled.items, &source.repo_url).map(|s| s.name_any());
+    Ok((source, secret))
+}
+
+/// How long a resolved Application source (and its credentials Secret's name) is used before
+/// the Application is read again. Every watch of an application shares one answer, and a
+/// changed `repoURL`, `targetRevision` or `path` is seen within this time.
+pub const RESOLVE_CACHE_TTL: Duration = Duration::from_secs(15);
+
+/// Key: Application namespace and name, and the namespace searched for credentials.
+type ResolveKey = (String, String, String);
+type Resolved = (ApplicationSource, Option<String>);
+
+/// Application sources resolved recently; only successes are kept.
+pub type ResolveCache = TtlCache<ResolveKey, Resolved>;
+
+/// An empty [`ResolveCache`].
+pub fn resolve_cache() -> ResolveCache {
+    TtlCache::new(RESOLVE_CACHE_TTL)
+}
+
+/// [`resolve`], answered from `cache` when the same Application was resolved for the same
+/// namespace within [`RESOLVE_CACHE_TTL`].
+pub async fn resolve_cached(
+    cache: &ResolveCache,
+    client: &Client,
+    argocd_namespace: &str,
+    namespace: &str,
+    annotations: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<Resolved, ReconcileError> {
+    let Some(app) = managing_application(annotations, labels) else {
+        return resolve(client, argocd_namespace, namespace, annotations, labels).await;
+    };
+    let key = (
+        app.namespace
+            .unwrap_or_else(|| argocd_namespace.to_string()),
+        app.name,
+        namespace.to_string(),
+    );
+    let now = Instant::now();
+    if let Some(resolved) = cache.get(&key, now) {
+        return Ok(resolved);
+    }
+    let resolved = resolve(client, argocd_namespace, namespace, annotations, labels).await?;
+    cache.put(key, now, resolved.clone());
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn tracking_annotation_wins_and_names_apps_in_any_namespace() {
+        let key = managing_application(
+            &map(&[(
+                TRACKING_ANNOTATION,
+                "team-a_my-api:imagewatch.dev/ImageWatch:my-api/canary",
+            )]),
+            &map(&[(INSTANCE_LABEL, "other")]),
+        );
+        assert_eq!(
+            key,
+            Some(ApplicationKey {
+                namespace: Some("team-a".into()),
+                name: "my-api".into()
+            })
+        );
+        let key = managing_application(
+            &map(&[(TRACKING_ANNOTATION, "my-api:imagewatch.dev/ImageWatch:ns/x")]),
+            &map(&[]),
+        );
+        assert_eq!(
+            key.map(|k| (k.namespace, k.name)),
+            Some((None, "my-api".into()))
+        );
+    }
+
+    #[test]
+    fn instance_label_is_the_fallback() {
+        let key = managing_application(&map(&[]), &map(&[(INSTANCE_LABEL, "my-api-stg")]));
+        assert_eq!(key.map(|k| k.name), Some("my-api-stg".into()));
+        assert_eq!(managing_application(&map(&[]), &map(&[])), None);
+    }
+
+    #[test]
+    fn source_is_read_from_source_or_sources() {
+        let app = serde_json::json!({"spec": {"source": {"repoURL": "https://g/m.git", "targetRevision": "HEAD", "path": "/apps/my-api/"}}});
+        assert_eq!(
+            application_source(&app).unwrap(),
+            ApplicationSource {
+                repo_url: "https://g/m.git".into(),
+                branch: "main".into(),
+                path: "apps/my-api".into()
+            }
+        );
+        let multi = serde_json::json!({"spec": {"sources": [{"repoURL": "https://g/m.git", "targetRevision": "release"}]}});
+        assert_eq!(application_source(&multi).unwrap().branch, "release");
+        assert!(application_source(&serde_json::json!({"spec": {}})).is_err());
+    }
+
+    #[test]
+    fn only_an_application_deploying_to_the_namespace_lends_its_source() {
+        let app = |dest: &str| serde_json::json!({"spec": {"destination": {"namespace": dest}}});
+        assert!(deploys_to("argocd", &app("team-a"), "team-a"));
+        assert!(!deploys_to("argocd", &app("team-b"), "team-a"));
+        assert!(!deploys_to(
+            "argocd",
+            &serde_json::json!({"spec": {}}),
+            "team-a"
+        ));
+        // Applications in any namespace: an Application of team-a's own namespace.
+        assert!(deploys_to("team-a", &app("elsewhere"), "team-a"));
+        assert!(!deploys_to("team-b", &app("team-b"), "team-a"));
+        let refused = not_deploying_here("argocd", "b-app", "team-a").to_string();
+        assert!(
+            refused.contains("does not exist or does not deploy"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_longest_matching_prefix_wins() {
+        let secret = |name: &str, prefix: &str| {
+            let mut s = Secret::default();
+            s.metadata.name = Some(name.into());
+            s.metadata.annotations = Some(map(&[(URL_PREFIX_ANNOTATION, prefix)]));
+            s
+        };
+        let all = vec![
+            secret("org", "https://github.com/org/"),
+            secret("repo", "https://github.com/org/manifests"),
+            secret("other", "https://gitlab.com/"),
+        ];
+        assert_eq!(
+            best_credentials(&all, "https://github.com/org/manifests.git").map(|s| s.name_any()),
+            Some("repo".into())
+        );
+        assert_eq!(
+            best_credentials(&all, "https://github.com/org/x.git").map(|s| s.name_any()),
+            Some("org".into())
+        );
+        assert!(best_credentials(&all, "https://example.com/x.git").is_none());
+    }
+}

@@ -1,0 +1,12 @@
+//! The Kubernetes edge the controllers share: the Secrets a watch names, Argo CD lookups, the
+//! admin's allow-list (decided in `allow`, read in `allowance`), the namespaces watched, and the
+//! Leases and peer endpoint of sharding.
+
+pub mod allow;
+pub mod allowance;
+pub mod argocd;
+pub mod finalizers;
+pub mod invalid;
+pub mod namespaces;
+pub mod secrets;
+pub mod shard;
