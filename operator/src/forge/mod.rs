@@ -28,55 +28,9 @@ pub use imagewatch_crd::promotion::ForgeProvider;
 
 use crate::telemetry::{ForgeLabels, Metrics};
 
-/// A pull request (GitLab: merge request) as the operator needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullRequest {
-    /// Number (GitHub, Gitea) or IID (GitLab).
-    pub number: i64,
-    /// Web URL.
-    pub url: String,
-    /// Title.
-    pub title: String,
-    /// Body (description).
-    pub body: String,
-    /// Head (source) branch.
-    pub head: String,
-    /// Base (target) branch.
-    pub base: String,
-    /// Head commit, when the forge reports it.
-    pub head_sha: Option<String>,
-    /// Label names.
-    pub labels: Vec<String>,
-    /// Whether auto-merge is known to be enabled.
-    pub auto_merge: bool,
-    /// GitHub's GraphQL node id.
-    pub node_id: Option<String>,
-    /// Open, closed or merged.
-    pub state: PullRequestState,
-}
-
-/// Where a pull request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PullRequestState {
-    /// Open (GitLab: opened).
-    #[default]
-    Open,
-    /// Closed without merging.
-    Closed,
-    /// Merged.
-    Merged,
-}
-
-impl PullRequestState {
-    /// `open`, `closed`, `merged`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Closed => "closed",
-            Self::Merged => "merged",
-        }
-    }
-}
+pub use imagewatch_engine::forge::{
+    EnsureAction, Ensured, NewPullRequest, PullRequest, PullRequestState,
+};
 
 /// Attempts of a request the forge answered with "try again later" (Gitea answers a merge
 /// request with `405 Please try again later` while its mergeability check is still queued).
@@ -93,46 +47,16 @@ pub fn try_again_later(e: &ForgeError) -> bool {
 /// The wait before attempt `attempt + 1` after a "try again later" (pure): 250 ms doubling,
 /// at most 4 s.
 pub fn try_again_delay(attempt: u32) -> Duration {
-    Duration::from_millis(250u64.saturating_mul(1 << attempt.min(4)))
-}
-
-/// What a pull request should be.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewPullRequest {
-    /// Head branch (in the same repository).
-    pub head: String,
-    /// Base branch.
-    pub base: String,
-    /// Title.
-    pub title: String,
-    /// Body.
-    pub body: String,
-    /// Labels to add.
-    pub labels: Vec<String>,
-    /// Request auto-merge.
-    pub auto_merge: bool,
-}
-
-/// What [`ForgeClient::ensure`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EnsureAction {
-    /// Opened a new pull request.
-    Created,
-    /// Changed the title or body of the open one.
-    Updated,
-    /// The open one was already right.
-    Unchanged,
-}
-
-/// The result of [`ForgeClient::ensure`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ensured {
-    /// The pull request.
-    pub pull_request: PullRequest,
-    /// What was done.
-    pub action: EnsureAction,
-    /// Non-fatal problems (labels, auto-merge).
-    pub warnings: Vec<String>,
+    use backon::{BackoffBuilder as _, ExponentialBuilder};
+    let max = Duration::from_secs(4);
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(max)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
+        .nth(attempt.min(4) as usize)
+        .unwrap_or(max)
 }
 
 /// A forge API failure.

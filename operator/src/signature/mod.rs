@@ -16,6 +16,8 @@
 
 pub mod fetch;
 
+pub use imagewatch_engine::signature::{Format, Refused, Verdict};
+
 use base64::{Engine as _, engine::general_purpose::STANDARD};
 use p256::ecdsa::{
     DerSignature, Signature, VerifyingKey,
@@ -88,47 +90,6 @@ pub fn keys_fingerprint(keys: &[TrustedKey]) -> String {
     prints.sort_unstable();
     prints.dedup();
     hex::encode(Sha256::digest(prints.join(",").as_bytes()))
-}
-
-/// Which format a verified signature came in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// The classic `sha256-<hex>.sig` tag.
-    Classic,
-    /// A Sigstore bundle through the referrers fallback tag.
-    Bundle,
-}
-
-impl Format {
-    /// Name used in status messages and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::Classic => "classic",
-            Format::Bundle => "bundle",
-        }
-    }
-}
-
-/// What checking one image digest found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// A signature verified with the key of this fingerprint.
-    Verified { format: Format, key: String },
-    /// No signature of the image exists in either format.
-    Missing,
-    /// Signatures exist, none verifies with the configured keys; why (the first one).
-    Invalid(String),
-}
-
-impl Verdict {
-    /// The `outcome` label of `imagewatch_signature_checks_total`.
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Verdict::Verified { .. } => "verified",
-            Verdict::Missing => "missing",
-            Verdict::Invalid(_) => "invalid",
-        }
-    }
 }
 
 /// Decodes a signature: ASN.1 DER (what cosign writes) or the fixed 64-byte `r || s` form.
@@ -361,37 +322,6 @@ pub fn combine(results: Vec<(Format, Result<String, String>)>) -> Verdict {
     match first_error {
         Some(reason) => Verdict::Invalid(reason),
         None => Verdict::Missing,
-    }
-}
-
-/// A candidate tag refused because its signature does not verify.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refused {
-    pub tag: String,
-    pub digest: String,
-    /// `Missing` or `Invalid(…)`.
-    pub verdict: Verdict,
-}
-
-impl Refused {
-    /// The condition reason: `SignatureMissing` or `SignatureInvalid`.
-    pub fn reason(&self) -> &'static str {
-        match self.verdict {
-            Verdict::Missing => imagewatch_crd::conditions::reason::SIGNATURE_MISSING,
-            _ => imagewatch_crd::conditions::reason::SIGNATURE_INVALID,
-        }
-    }
-
-    /// Why, in words.
-    pub fn message(&self) -> String {
-        match &self.verdict {
-            Verdict::Missing => format!(
-                "tag {} ({}) has no cosign signature (neither a sha256-<digest>.sig tag nor a Sigstore bundle referrer)",
-                self.tag, self.digest
-            ),
-            Verdict::Invalid(why) => format!("tag {} ({}): {why}", self.tag, self.digest),
-            Verdict::Verified { .. } => format!("tag {} is verified", self.tag),
-        }
     }
 }
 

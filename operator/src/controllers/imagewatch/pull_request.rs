@@ -11,7 +11,7 @@
 //! status, is adopted, never opened twice.
 //!
 //! While a pull request is recorded the watch carries [`FINALIZER`]; deleting the watch closes
-//! it first (see [`close_on_delete`]).
+//! it first (see [`finalize`] and [`close_on_delete`]).
 
 use std::{
     sync::{Arc, OnceLock},
@@ -19,14 +19,23 @@ use std::{
 };
 
 use imagewatch_crd::{GitPullRequest, ImageWatch, WatchPullRequest};
-use kube::{Client, Resource, ResourceExt, core::ApiResource};
-
-use super::{
-    Context, ReconcileError,
-    promotion::{FinalizerChange, patch_finalizer_of},
-    secrets,
+use kube::{
+    Client, Resource, ResourceExt,
+    core::ApiResource,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType},
+    },
 };
+
+use crate::cluster::finalizers::{FinalizerChange, patch_finalizer_of};
+use crate::cluster::secrets;
+use crate::controllers::ReconcileError;
+use crate::controllers::{Context, SecretReader};
 use crate::forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest};
+
+// What a pull request step did, and its status record (pure): in the engine.
+pub use imagewatch_engine::status::{Delivered, PrAction, status_of};
 
 /// Finalizer held while a pull request is recorded in the status.
 pub const FINALIZER: &str = "imagewatch.dev/close-watch-pull-request";
@@ -154,70 +163,6 @@ pub fn proposal(settings: &GitPullRequest, head: &str, vars: &TextVars) -> NewPu
     }
 }
 
-/// What was done with the pull request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrAction {
-    /// Opened a new one.
-    Opened,
-    /// Changed the open one (title, body; its branch was pushed).
-    Updated,
-    /// The open one was already right.
-    Unchanged,
-    /// Closed the open one: `branch` already holds the tag.
-    Closed,
-    /// `branch` holds the tag and no pull request is open.
-    NotNeeded,
-}
-
-impl PrAction {
-    /// Metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Opened => "opened",
-            Self::Updated => "updated",
-            Self::Unchanged => "unchanged",
-            Self::Closed => "closed",
-            Self::NotNeeded => "not_needed",
-        }
-    }
-
-    /// The Event reason, for actions worth one.
-    pub fn event_reason(self) -> Option<&'static str> {
-        match self {
-            Self::Opened => Some("PullRequestOpened"),
-            Self::Updated => Some("PullRequestUpdated"),
-            Self::Closed => Some("PullRequestClosed"),
-            Self::Unchanged | Self::NotNeeded => None,
-        }
-    }
-
-    /// The `PullRequestOpen` condition reason.
-    pub fn condition_reason(self) -> &'static str {
-        match self {
-            Self::Opened => "Opened",
-            Self::Updated => "Updated",
-            Self::Unchanged => "Open",
-            Self::Closed => "Closed",
-            Self::NotNeeded => "UpToDate",
-        }
-    }
-}
-
-/// The pull request step of one reconcile.
-#[derive(Debug, Clone)]
-pub struct Delivered {
-    /// The pull request acted on (open, or just closed).
-    pub pull_request: Option<PullRequest>,
-    /// What was done.
-    pub action: PrAction,
-    /// Tag proposed (or held by `branch`).
-    pub tag: String,
-    /// Head branch.
-    pub branch: String,
-    /// Label and auto-merge problems (the pull request stands).
-    pub warnings: Vec<String>,
-}
-
 /// The action of an [`EnsureAction`] (pure): a pushed branch under an unchanged pull request
 /// is an update of it.
 pub fn action_of(ensured: EnsureAction, pushed: bool) -> PrAction {
@@ -226,40 +171,6 @@ pub fn action_of(ensured: EnsureAction, pushed: bool) -> PrAction {
         EnsureAction::Updated => PrAction::Updated,
         EnsureAction::Unchanged if pushed => PrAction::Updated,
         EnsureAction::Unchanged => PrAction::Unchanged,
-    }
-}
-
-/// The status record after a step (pure): the pull request acted on, or (nothing open) the
-/// last one recorded, marked as no longer open.
-pub fn status_of(
-    delivered: &Delivered,
-    previous: Option<&WatchPullRequest>,
-) -> Option<WatchPullRequest> {
-    match (&delivered.pull_request, delivered.action) {
-        (Some(pr), PrAction::Closed) => Some(WatchPullRequest {
-            number: pr.number,
-            url: pr.url.clone(),
-            state: "closed".into(),
-            branch: delivered.branch.clone(),
-            tag: Some(delivered.tag.clone()),
-        }),
-        (Some(pr), _) => Some(WatchPullRequest {
-            number: pr.number,
-            url: pr.url.clone(),
-            state: pr.state.as_str().into(),
-            branch: delivered.branch.clone(),
-            tag: Some(delivered.tag.clone()),
-        }),
-        (None, _) => previous.map(|p| WatchPullRequest {
-            state: if p.state == "open" {
-                // Gone from the open list while `branch` got the tag: merged (or closed by
-                // a person); the forge has the final word on the web page.
-                "merged".into()
-            } else {
-                p.state.clone()
-            },
-            ..p.clone()
-        }),
     }
 }
 
@@ -334,12 +245,13 @@ pub async fn client(
     watch: &ImageWatch,
     settings: &GitPullRequest,
     git_url: &str,
-    ctx: &Context,
+    secrets: &impl secrets::SecretAccess,
+    metrics: &Arc<crate::telemetry::Metrics>,
 ) -> Result<ForgeClient, ReconcileError> {
     let token = match &settings.secret_ref {
         Some(secret) => {
             let namespace = watch.namespace().unwrap_or_default();
-            Some(secrets::forge_token(ctx, &namespace, &secret.name).await?)
+            Some(secrets::forge_token(secrets, &namespace, &secret.name).await?)
         }
         None => None,
     };
@@ -351,7 +263,7 @@ pub async fn client(
         token,
         http()?,
     )?
-    .with_metrics(ctx.metrics.clone()))
+    .with_metrics(metrics.clone()))
 }
 
 /// One lock per (forge, repository, head branch): the members of a group reconcile side by
@@ -425,11 +337,33 @@ pub async fn propose(
     })
 }
 
+/// What closing a deleted watch's pull requests uses: the forge token's Secret, the client
+/// the finalizer is removed with, the metrics and the Event recorder.
+#[derive(Clone, Copy)]
+pub(super) struct FinalizeContext<'a> {
+    pub(super) secrets: SecretReader<'a>,
+    pub(super) client: &'a Client,
+    pub(super) metrics: &'a Arc<crate::telemetry::Metrics>,
+    pub(super) recorder: &'a kube::runtime::events::Recorder,
+}
+
+impl<'a> FinalizeContext<'a> {
+    /// The deletion step's view of the shared services.
+    pub(super) fn of(ctx: &'a Context) -> Self {
+        FinalizeContext {
+            secrets: SecretReader::of(ctx),
+            client: &ctx.client,
+            metrics: &ctx.metrics,
+            recorder: &ctx.recorder,
+        }
+    }
+}
+
 /// A deleted watch's recorded pull request: closed. `Ok(false)` when it was no longer open.
-pub async fn close_on_delete(
+pub(super) async fn close_on_delete(
     watch: &ImageWatch,
     recorded: &WatchPullRequest,
-    ctx: &Context,
+    ctx: FinalizeContext<'_>,
 ) -> Result<bool, ReconcileError> {
     let Some(git) = watch.spec.git.as_ref() else {
         return Ok(false);
@@ -441,7 +375,7 @@ pub async fn close_on_delete(
         // The group's pull request belongs to its other members too.
         return Ok(false);
     }
-    let forge = client(watch, settings, &git.url, ctx).await?;
+    let forge = client(watch, settings, &git.url, &ctx.secrets, ctx.metrics).await?;
     let pr = PullRequest {
         number: recorded.number,
         url: recorded.url.clone(),
@@ -459,6 +393,105 @@ pub async fn close_on_delete(
         Ok(()) => Ok(true),
         Err(ForgeError::NotFound { .. } | ForgeError::Rejected { .. }) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// A deleted watch with [`FINALIZER`]: close its recorded open pull request, then
+/// let it go. A forge that fails is retried with backoff for up to ten minutes after the
+/// deletion; then the pull request is left open (said in an Event).
+pub(super) async fn finalize(
+    watch: &ImageWatch,
+    ctx: FinalizeContext<'_>,
+) -> Result<Action, ReconcileError> {
+    if !has_finalizer(watch) {
+        return Ok(Action::await_change());
+    }
+    let recorded: Vec<imagewatch_crd::WatchPullRequest> = open_records(watch.status.as_ref())
+        .into_iter()
+        .cloned()
+        .collect();
+    if recorded.is_empty() {
+        remove_finalizer(ctx.client, watch).await?;
+        return Ok(Action::await_change());
+    }
+    let pr = recorded
+        .iter()
+        .map(|r| format!("#{} {}", r.number, r.url))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut result = Ok(false);
+    for record in &recorded {
+        match close_on_delete(watch, record, ctx).await {
+            Ok(closed) => {
+                if let Ok(any) = &mut result {
+                    *any |= closed;
+                }
+            }
+            Err(e) => result = Err(e),
+        }
+    }
+    let since = watch
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .and_then(|t| jiff::Timestamp::now().duration_since(t.0).try_into().ok())
+        .unwrap_or(Duration::ZERO);
+    let give_up = since >= Duration::from_secs(600);
+    let (type_, reason, note, label) = match &result {
+        Ok(true) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("closed {pr}: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Ok(false) => (
+            EventType::Normal,
+            "PullRequestClosed",
+            format!("{pr} was already closed, merged or gone: the ImageWatch was deleted"),
+            "closed_on_delete",
+        ),
+        Err(e) if give_up => (
+            EventType::Warning,
+            "PullRequestLeftOpen",
+            format!("gave up closing {pr} of the deleted ImageWatch; it is left open: {e}"),
+            "failed",
+        ),
+        Err(e) => (
+            EventType::Warning,
+            "PullRequestCloseFailed",
+            format!("cannot close {pr} of the deleted ImageWatch, retrying: {e}"),
+            "failed",
+        ),
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: label.to_string(),
+        })
+        .inc();
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Delete".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&event, &crate::controllers::object_ref(watch))
+        .await
+    {
+        tracing::debug!(error = %e, "cannot publish Event");
+    }
+    match result {
+        Err(e) if !give_up => {
+            tracing::warn!(watch = %watch.name_any(), error = %e, "closing the pull request of a deleted watch failed");
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+        _ => {
+            remove_finalizer(ctx.client, watch).await?;
+            Ok(Action::await_change())
+        }
     }
 }
 

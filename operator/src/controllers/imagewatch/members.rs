@@ -1,0 +1,503 @@
+//! Pattern watches (pure part): one `ImageWatch` whose image has `*` path segments follows
+//! every matching repository of its registry — its *members* — and writes each member's tag
+//! into that member's own target, where `$1..$n` stand for what the `*`s matched.
+//!
+//! ```yaml
+//! image: 123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/hoge/*/*/*
+//! target:
+//!   kustomize: {path: services/$1/$2/$3/overlays/stg}
+//! ```
+//!
+//! The pipeline (`mod.rs`) lists the registry's repositories through the index, keeps those
+//! the pattern matches, and runs the single-watch steps (scan, select, write intent) for each
+//! one with [`expand_target`]'s target; every intent goes to the writer at once, so they share
+//! one commit per repository and branch. What can be decided without I/O is in the engine
+//! and named here: checking the `$n` references and expanding targets
+//! (`imagewatch_engine::members`), and turning the members' results into `status.members`
+//! and the aggregated `Ready` condition (`imagewatch_engine::status::members`).
+
+use crate::controllers::ReconcileError;
+
+// Checking and expanding the `$n` of a member's target (pure): in the engine.
+pub use imagewatch_engine::members::{check_references, expand_target, shared_targets};
+
+// The status of the members (pure): in the engine.
+pub use imagewatch_engine::status::members::{
+    MAX_LISTED_MEMBERS, Verdict, member_statuses, pattern_status, tag_of, updated_note, verdict,
+};
+
+/// What one reconcile found and did for one member.
+pub type MemberResult = imagewatch_engine::status::MemberResult<ReconcileError>;
+/// What one reconcile of a pattern watch found and did.
+pub type PatternOutcome = imagewatch_engine::status::PatternOutcome<ReconcileError>;
+
+pub use crate::registry::pattern_image::{PatternImage, parse_pattern_image, pattern_matches};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::imagewatch::conditions;
+    use crate::writer::WriteResult;
+    use imagewatch_crd::{ImageWatchStatus, imagewatch::MemberStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn t(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    #[test]
+    fn images_without_a_star_are_not_patterns() {
+        assert_eq!(parse_pattern_image("ghcr.io/org/app"), Ok(None));
+        assert!(!pattern_matches("ghcr.io/org/app", "ghcr.io", "org/app"));
+    }
+
+    #[test]
+    fn pattern_images_split_into_registry_and_pattern() {
+        let p = parse_pattern_image("123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/hoge/*/*/*")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p.registry,
+            "123456789012.dkr.ecr.ap-northeast-1.amazonaws.com"
+        );
+        assert_eq!(p.pattern, "hoge/*/*/*");
+        assert_eq!(p.wildcards(), 3);
+        assert_eq!(
+            p.member_image("hoge/a/b/c"),
+            "123456789012.dkr.ecr.ap-northeast-1.amazonaws.com/hoge/a/b/c"
+        );
+        let p = parse_pattern_image("Registry.Example.com:5000/svc/*/api")
+            .unwrap()
+            .unwrap();
+        assert_eq!(p.registry, "registry.example.com:5000");
+        assert_eq!(p.host, "Registry.Example.com:5000");
+        let p = parse_pattern_image("docker.io/*").unwrap().unwrap();
+        assert_eq!(
+            (p.registry.as_str(), p.pattern.as_str()),
+            ("registry-1.docker.io", "library/*")
+        );
+    }
+
+    #[test]
+    fn misplaced_stars_are_refused_with_a_reason() {
+        for (image, says) in [
+            ("team/*/api", "registry host"),
+            ("*.example.com/app", "registry host"),
+            ("r.example.com/svc-*/api", "mixes '*'"),
+            ("r.example.com/team/**", "mixes '*'"),
+            ("r.example.com/Team/*", "lowercase"),
+            ("r.example.com/team//*", "invalid"),
+        ] {
+            let err = parse_pattern_image(image).unwrap_err();
+            assert!(err.contains(says), "{image}: {err}");
+        }
+    }
+
+    #[test]
+    fn events_match_patterns_by_registry_and_segments() {
+        let image = "127.0.0.1:5000/team/*/api";
+        assert!(pattern_matches(image, "127.0.0.1:5000", "team/a/api"));
+        assert!(!pattern_matches(image, "127.0.0.1:5000", "team/a/worker"));
+        assert!(!pattern_matches(image, "127.0.0.1:5000", "team/a/b/api"));
+        assert!(!pattern_matches(image, "other:5000", "team/a/api"));
+    }
+
+    fn written(file: &str, before: &str, after: &str, commit: Option<&str>) -> WriteResult {
+        WriteResult {
+            file: file.into(),
+            current_before: before.into(),
+            current_after: after.into(),
+            desired: after.into(),
+            changed_needed: before != after,
+            commit: commit.map(str::to_string),
+            head: "head0000000000000".into(),
+            attempts: 1,
+        }
+    }
+
+    fn member(repo: &str, outcome: Result<WriteResult, ReconcileError>) -> MemberResult {
+        MemberResult {
+            repository: repo.into(),
+            captures: vec![repo.split('/').nth(1).unwrap_or_default().to_string()],
+            latest: Some("v2".into()),
+            refused: None,
+            outcome,
+            pull_request: None,
+        }
+    }
+
+    #[test]
+    fn members_verified_one_by_one() {
+        use crate::signature::{Refused, Verdict as SignatureVerdict};
+        let refused = |tag: &str, verdict| Refused {
+            tag: tag.into(),
+            digest: "sha256:1111".into(),
+            verdict,
+        };
+        let mut held_back = member(
+            "svc/b/api",
+            Ok(written(
+                "apps/b/d.yaml",
+                "r.io/svc/b/api:v1",
+                "r.io/svc/b/api:v2",
+                Some("abcdef0123456789"),
+            )),
+        );
+        held_back.refused = Some(refused("v3", SignatureVerdict::Missing));
+        let o = outcome(vec![
+            // Signed: written, ready.
+            member(
+                "svc/a/api",
+                Ok(written(
+                    "apps/a/d.yaml",
+                    "r.io/svc/a/api:v1",
+                    "r.io/svc/a/api:v2",
+                    Some("abcdef0123456789"),
+                )),
+            ),
+            // Its newest tag unsigned, an older verified one written.
+            held_back,
+            // No candidate verifies: nothing written.
+            member(
+                "svc/c/api",
+                Err(ReconcileError::Signature(Box::new(refused(
+                    "v2",
+                    SignatureVerdict::Invalid("classic signature: no key".into()),
+                )))),
+            ),
+        ]);
+        let members = member_statuses(&[], &o);
+        assert!(members[0].ready && members[0].reason == "Updated");
+        let b = &members[1];
+        assert!(!b.ready);
+        assert_eq!(b.reason, "SignatureMissing");
+        assert_eq!(b.applied.as_deref(), Some("v2"));
+        assert_eq!(b.commit.as_deref(), Some("abcdef0123456789"));
+        let message = b.message.as_deref().unwrap_or_default();
+        assert!(
+            message.contains("the newest verified tag") && message.contains("refused newer tag v3"),
+            "{message}"
+        );
+        let c = &members[2];
+        assert!(!c.ready && c.applied.is_none() && c.commit.is_none());
+        assert_eq!(c.reason, "SignatureInvalid");
+        assert!(
+            c.message.as_deref().unwrap_or_default().contains("no key"),
+            "{c:?}"
+        );
+        let v = verdict(&members, &o);
+        assert_eq!(v.reason, "MembersNotReady");
+        assert!(
+            v.message.starts_with("2 of 3 members not ready")
+                && v.message.contains("svc/b/api: SignatureMissing")
+                && v.message.contains("svc/c/api: SignatureInvalid"),
+            "{}",
+            v.message
+        );
+    }
+
+    fn outcome(members: Vec<MemberResult>) -> PatternOutcome {
+        PatternOutcome {
+            image: "r.io/svc/*/api".into(),
+            listed: 10,
+            members,
+            suspended: false,
+            pull_request: None,
+        }
+    }
+
+    #[test]
+    fn every_member_up_to_date_is_ready() {
+        let o = outcome(vec![
+            member(
+                "svc/b/api",
+                Ok(written(
+                    "apps/b/d.yaml",
+                    "r.io/svc/b/api:v2",
+                    "r.io/svc/b/api:v2",
+                    None,
+                )),
+            ),
+            member(
+                "svc/a/api",
+                Ok(written(
+                    "apps/a/d.yaml",
+                    "r.io/svc/a/api:v2",
+                    "r.io/svc/a/api:v2",
+                    None,
+                )),
+            ),
+        ]);
+        let members = member_statuses(&[], &o);
+        assert_eq!(
+            members
+                .iter()
+                .map(|m| m.repository.as_str())
+                .collect::<Vec<_>>(),
+            vec!["svc/a/api", "svc/b/api"],
+            "sorted by repository"
+        );
+        assert!(members.iter().all(|m| m.ready && m.reason == "UpToDate"));
+        assert_eq!(members[0].commit.as_deref(), Some("head0000000000000"));
+        assert_eq!(members[0].captures, vec!["a"]);
+        let v = verdict(&members, &o);
+        assert_eq!(
+            v,
+            Verdict {
+                ready: true,
+                reason: "UpToDate",
+                message: "2 members up to date".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_update_event_names_the_commit_and_the_changes() {
+        let o = outcome(vec![
+            member(
+                "svc/a/api",
+                Ok(written(
+                    "apps/a/d.yaml",
+                    "r.io/svc/a/api:v1",
+                    "r.io/svc/a/api:v2",
+                    Some("abcdef0123456789"),
+                )),
+            ),
+            member(
+                "svc/b/api",
+                Ok(written(
+                    "apps/b/d.yaml",
+                    "r.io/svc/b/api:v2",
+                    "r.io/svc/b/api:v2",
+                    None,
+                )),
+            ),
+            member(
+                "svc/c/api",
+                Ok(written(
+                    "apps/c/d.yaml",
+                    "r.io/svc/c/api:v1",
+                    "r.io/svc/c/api:v2",
+                    Some("abcdef0123456789"),
+                )),
+            ),
+        ]);
+        assert_eq!(
+            updated_note(&o).as_deref(),
+            Some(
+                "2 members updated (commit abcdef012345): apps/a/d.yaml: r.io/svc/a/api:v1 -> r.io/svc/a/api:v2; apps/c/d.yaml: r.io/svc/c/api:v1 -> r.io/svc/c/api:v2"
+            )
+        );
+        let quiet = outcome(vec![member(
+            "svc/b/api",
+            Ok(written(
+                "apps/b/d.yaml",
+                "r.io/svc/b/api:v2",
+                "r.io/svc/b/api:v2",
+                None,
+            )),
+        )]);
+        assert_eq!(updated_note(&quiet), None);
+    }
+
+    #[test]
+    fn one_failing_member_makes_the_watch_not_ready_and_is_named() {
+        let o = outcome(vec![
+            member(
+                "svc/a/api",
+                Ok(written(
+                    "apps/a/d.yaml",
+                    "r.io/svc/a/api:v1",
+                    "r.io/svc/a/api:v2",
+                    Some("abcdef0123456789"),
+                )),
+            ),
+            member(
+                "svc/b/api",
+                Err(ReconcileError::TargetNotFound(
+                    "no YAML files under apps/b/overlays/stg".into(),
+                )),
+            ),
+        ]);
+        let members = member_statuses(&[], &o);
+        assert_eq!(members[0].reason, "Updated");
+        assert_eq!(members[0].commit.as_deref(), Some("abcdef0123456789"));
+        assert_eq!(
+            members[0].message.as_deref(),
+            Some("apps/a/d.yaml: r.io/svc/a/api:v1 -> r.io/svc/a/api:v2 (commit abcdef012345)")
+        );
+        assert!(!members[1].ready);
+        assert_eq!(members[1].reason, "TargetNotFound");
+        let v = verdict(&members, &o);
+        assert!(!v.ready);
+        assert_eq!(v.reason, "MembersNotReady");
+        assert_eq!(
+            v.message,
+            "1 of 2 members not ready: svc/b/api: TargetNotFound: no YAML files under apps/b/overlays/stg"
+        );
+        assert!(
+            !o.has_transient_failure(),
+            "a missing target waits for a change"
+        );
+        assert_eq!(o.committed().count(), 1);
+    }
+
+    #[test]
+    fn the_message_names_the_first_few_failing_members() {
+        let o = outcome(
+            (0..5)
+                .map(|i| {
+                    member(
+                        &format!("svc/m{i}/api"),
+                        Err(ReconcileError::Registry(
+                            crate::registry::RegistryError::Transport("down".into()),
+                        )),
+                    )
+                })
+                .collect(),
+        );
+        let members = member_statuses(&[], &o);
+        let v = verdict(&members, &o);
+        assert!(
+            v.message
+                .starts_with("5 of 5 members not ready: svc/m0/api: RegistryError")
+        );
+        assert!(v.message.ends_with("; and 2 more"), "{}", v.message);
+        assert!(!v.message.contains("svc/m3/api"));
+        assert!(o.has_transient_failure());
+    }
+
+    #[test]
+    fn a_failing_member_keeps_what_git_held() {
+        let previous = vec![MemberStatus {
+            repository: "svc/a/api".into(),
+            captures: vec!["a".into()],
+            latest: Some("v1".into()),
+            applied: Some("v1".into()),
+            commit: Some("c1".into()),
+            file: Some("apps/a/d.yaml".into()),
+            ready: true,
+            reason: "UpToDate".into(),
+            message: None,
+            pull_request: None,
+        }];
+        let o = outcome(vec![member(
+            "svc/a/api",
+            Err(ReconcileError::NoMatchingTags("none".into())),
+        )]);
+        let members = member_statuses(&previous, &o);
+        assert_eq!(members[0].applied.as_deref(), Some("v1"));
+        assert_eq!(members[0].commit.as_deref(), Some("c1"));
+        assert!(!members[0].ready);
+    }
+
+    #[test]
+    fn an_update_is_reported_until_something_else_happens() {
+        let first = outcome(vec![member(
+            "svc/a/api",
+            Ok(written(
+                "f",
+                "r.io/svc/a/api:v1",
+                "r.io/svc/a/api:v2",
+                Some("c2"),
+            )),
+        )]);
+        let members = member_statuses(&[], &first);
+        let v = verdict(&members, &first);
+        assert_eq!(
+            (v.ready, v.reason, v.message.as_str()),
+            (
+                true,
+                "Updated",
+                "1 of 1 member updated: svc/a/api v2 (commit c2)"
+            )
+        );
+        // The next poll finds Git current: nothing in the status changes.
+        let again = outcome(vec![member(
+            "svc/a/api",
+            Ok(written("f", "r.io/svc/a/api:v2", "r.io/svc/a/api:v2", None)),
+        )]);
+        let next = member_statuses(&members, &again);
+        assert_eq!(next, members);
+        assert_eq!(verdict(&next, &again), v);
+    }
+
+    #[test]
+    fn a_suspended_pattern_says_what_would_change() {
+        let mut o = outcome(vec![
+            member(
+                "svc/a/api",
+                Ok(WriteResult {
+                    changed_needed: true,
+                    desired: "r.io/svc/a/api:v2".into(),
+                    ..written("f", "r.io/svc/a/api:v1", "r.io/svc/a/api:v1", None)
+                }),
+            ),
+            member(
+                "svc/b/api",
+                Ok(written("g", "r.io/svc/b/api:v2", "r.io/svc/b/api:v2", None)),
+            ),
+        ]);
+        o.suspended = true;
+        let members = member_statuses(&[], &o);
+        assert!(!members[0].ready && members[1].ready);
+        assert_eq!(members[0].applied.as_deref(), Some("v1"));
+        let v = verdict(&members, &o);
+        assert_eq!(v.reason, "Suspended");
+        assert!(
+            v.message.starts_with("suspended: 1 of 2 members not up to date: svc/a/api: Suspended: suspended: f holds r.io/svc/a/api:v1, the rules choose r.io/svc/a/api:v2"),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn no_member_is_its_own_reason() {
+        let o = outcome(vec![]);
+        let v = verdict(&[], &o);
+        assert_eq!(v.reason, "NoMatchingRepositories");
+        assert_eq!(
+            v.message,
+            "no repository matches r.io/svc/*/api (10 listed in the registry)"
+        );
+    }
+
+    #[test]
+    fn the_status_lists_at_most_200_members_and_counts_all() {
+        let o = outcome(
+            (0..250)
+                .map(|i| {
+                    let repo = format!("svc/m{i:03}/api");
+                    let image = format!("r.io/{repo}:v2");
+                    member(&repo, Ok(written("f", &image, &image, None)))
+                })
+                .collect(),
+        );
+        let previous = ImageWatchStatus {
+            latest: Some(imagewatch_crd::LatestImage {
+                tag: "old".into(),
+                digest: None,
+                pushed_at: None,
+                appeared_at: None,
+                appeared_from: None,
+            }),
+            ..Default::default()
+        };
+        let s = pattern_status(&previous, &o, Some(3), &t(10));
+        assert_eq!(s.members.len(), MAX_LISTED_MEMBERS);
+        assert_eq!(s.member_count, Some(250));
+        assert_eq!(s.members_ready, Some(250));
+        assert_eq!(s.members[0].repository, "svc/m000/api");
+        assert_eq!(s.latest, None, "a pattern has no single latest tag");
+        let ready = conditions::ready_of(Some(&s)).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "UpToDate")
+        );
+        assert_eq!(ready.message, "250 members up to date");
+        assert_eq!(ready.observed_generation, Some(3));
+        // The same outcome again is no change at all.
+        let again = pattern_status(&s, &o, Some(3), &t(20));
+        assert!(!conditions::status_changed(Some(&s), &again));
+    }
+}

@@ -1,0 +1,533 @@
+//! The ImageWatch pipeline. One reconcile of one `ImageWatch`, top to bottom, one file per
+//! step:
+//!
+//! 1. validate (`validate.rs`; pure, and the allow-list): tag rules, interval; may the
+//!    watch's namespace read its image and write its Git target — asked before anything it
+//!    names is read;
+//! 2. dereference (`dereference.rs`, I/O): registry credentials, the Git location
+//!    (`spec.git` or the managing Argo CD Application), the cosign keys of `spec.verify`;
+//! 3. scan (`scan.rs`, step 3a): the repository's tags through the shared index; digests,
+//!    which confirm a tag exists (manifest HEAD); signature verdicts. Then select
+//!    (`select.rs`, step 3b; pure but for those lookups): the tag to run — the rules' choice,
+//!    the pin, the group's tag (`group.rs`) or the newest verified one;
+//! 4. write (`write.rs`): the edit intent to the git writer, which reads the target's current
+//!    image from Git and commits and pushes when it differs; the pull request hand-off
+//!    (`pull_request.rs`);
+//! 5. status (`status.rs`, conditions in `conditions.rs`): `latest`, `applied`, `Ready`,
+//!    Events and metrics — patched only when changed.
+//!
+//! This file runs them in order ([`reconcile`]) and hands each step what the one before
+//! found, with the step's own context built from the shared [`Context`]: [`AllowList`],
+//! `DereferenceContext`, `ScanContext`, `SelectContext` and `WriteContext` borrow only the
+//! services their step uses. A pattern image (`*` path segments, see `members.rs`) runs steps 2–4 once per
+//! matching repository of the registry, listed through the index, and hands every member's
+//! write intent to the writer at once; step 5 reports each member and an aggregated `Ready`.
+//! A deleted watch first closes its open pull requests (`pull_request::finalize`).
+
+// The steps, in the order a reconcile runs them (blank lines keep rustfmt from sorting them).
+mod validate;
+
+mod dereference;
+
+mod scan;
+mod select;
+
+mod write;
+
+pub mod status;
+
+// What the steps use.
+pub use imagewatch_engine::group;
+use imagewatch_engine::status as conditions;
+pub mod members;
+pub mod pull_request;
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt as _;
+use imagewatch_crd::ImageWatch;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{
+    ResourceExt,
+    core::DeserializeGuard,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+
+use crate::controllers::Context;
+use crate::controllers::ReconcileError;
+use crate::controllers::parse_duration;
+use crate::scan::index::CatalogKey;
+use crate::writer::WriteRequest;
+use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::ReconcileLabels};
+use dereference::{
+    DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
+};
+pub(crate) use dereference::{credential_key_of, signature_keys};
+use members::{MemberResult, PatternImage, PatternOutcome};
+pub(crate) use scan::count_signature_check;
+use scan::{ScanContext, catalog_error, prepare, scan_repository};
+use select::{SelectContext, group_choice};
+use status::{build_status, patch_status_if_changed, publish_events};
+use validate::{AllowList, check_registry_allowed, validate_rules};
+use write::{WriteContext, pattern_pull_requests, write_and_propose};
+
+/// Members of a pattern watch scanned at the same time.
+const MEMBER_CONCURRENCY: usize = 8;
+
+/// What a successful reconcile of a watch of one repository found and did.
+pub use imagewatch_engine::status::Outcome;
+/// What a successful reconcile found and did.
+pub type Reconciled = imagewatch_engine::status::Reconciled<ReconcileError>;
+
+/// The reconcile entry point used by the controller.
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<ImageWatch>>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let key = ObjectRef::from_obj(guard.as_ref());
+    let watch = match &guard.0 {
+        Ok(watch) => watch,
+        Err(invalid) => {
+            // The object does not match our types (e.g. written by a newer or older version):
+            // say so on its status and wait for it to change.
+            crate::cluster::invalid::report_invalid_object::<ImageWatch>(&ctx.client, invalid)
+                .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let interval =
+        parse_duration(watch.spec.interval_or_default()).unwrap_or(Duration::from_secs(300));
+    // HA: only the replica holding the shard of the watch's Git repository works on it (and
+    // holds the shard until the status is written).
+    let _shard = match &ctx.shards {
+        None => None,
+        Some(_) => match ctx.enter_shard(&shard_key(watch, &DereferenceContext::of(&ctx)).await) {
+            Some(guard) => guard,
+            None => return Ok(Action::requeue(interval)),
+        },
+    };
+    if watch.metadata.deletion_timestamp.is_some() {
+        return pull_request::finalize(watch, pull_request::FinalizeContext::of(&ctx)).await;
+    }
+    ctx.with_work_slot(reconcile_holding_slot(watch, key, interval, &ctx))
+        .await
+}
+
+/// Steps 1–5 of [`reconcile`], run while holding a work slot (given back while waiting for
+/// the git writer).
+async fn reconcile_holding_slot(
+    watch: &ImageWatch,
+    key: ObjectRef<DeserializeGuard<ImageWatch>>,
+    interval: Duration,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let started = std::time::Instant::now();
+    let result = reconcile_watch(watch, ctx).await;
+    let outcome_label = match &result {
+        Ok(reconciled) => reconciled.metric_label(),
+        Err(e) => {
+            e.count(&ctx.metrics, crate::controllers::IMAGEWATCH_CONTROLLER);
+            e.category()
+        }
+    };
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ReconcileLabels {
+            outcome: outcome_label.to_string(),
+        })
+        .inc();
+
+    let now = Time(jiff::Timestamp::now());
+    let new_status = build_status(watch, &result, &now);
+    publish_events(watch, &result, &new_status, &ctx.recorder).await;
+    // The finalizer goes once no open pull request is recorded (after a successful step).
+    if result.is_ok()
+        && pull_request::has_finalizer(watch)
+        && pull_request::open_records(Some(&new_status)).is_empty()
+    {
+        pull_request::remove_finalizer(&ctx.client, watch).await?;
+    }
+    patch_status_if_changed(watch, new_status, &ctx.client).await?;
+
+    tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
+    match result {
+        // Members that failed for a passing reason (registry, Git) are retried with backoff,
+        // without holding back the others.
+        Ok(Reconciled::Pattern(p)) if p.has_transient_failure() => {
+            Ok(Action::requeue(ctx.backoff(key, interval).await))
+        }
+        Ok(_) => {
+            ctx.reset_backoff(&key).await;
+            Ok(Action::requeue(interval))
+        }
+        Err(e) if e.is_stalled() => {
+            ctx.reset_backoff(&key).await;
+            Ok(Action::requeue(interval))
+        }
+        Err(ReconcileError::CredentialsNotFound(_)) => {
+            Ok(Action::requeue(interval.min(Duration::from_secs(30))))
+        }
+        Err(ReconcileError::Registry(crate::registry::RegistryError::RateLimited {
+            retry_after: Some(after),
+            ..
+        })) => Ok(Action::requeue(after.max(Duration::from_secs(1)))),
+        Err(_) => Ok(Action::requeue(ctx.backoff(key, interval).await)),
+    }
+}
+
+/// Steps 1–4, for one repository or for every member of a pattern.
+async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled, ReconcileError> {
+    check_registry_allowed(watch, AllowList::of(ctx)).await?;
+    match members::parse_pattern_image(&watch.spec.image) {
+        Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
+        Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
+            .await
+            .map(Reconciled::Pattern),
+        Err(message) => Err(ReconcileError::InvalidSpec(message)),
+    }
+}
+
+/// Steps 1–4 for a pattern watch: list the registry's repositories (shared through the
+/// index), then for each matching one scan, select and confirm a tag with the watch's rules
+/// and make its write intent for the expanded target. Every intent goes to the writer at
+/// once, so one commit per repository and branch carries them. A member that fails (no tag,
+/// no target in Git, a registry error) is reported on itself; the others proceed.
+async fn reconcile_pattern(
+    watch: &ImageWatch,
+    pattern: &PatternImage,
+    ctx: &Context,
+) -> Result<PatternOutcome, ReconcileError> {
+    let spec = &watch.spec;
+    if spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
+        return Err(ReconcileError::InvalidSpec(format!(
+            "spec.group cannot be used with a pattern image ({}): a pattern already writes all its repositories together",
+            spec.image
+        )));
+    }
+    members::check_references(&spec.target, &spec.image, pattern.wildcards())
+        .map_err(ReconcileError::InvalidSpec)?;
+    let (dereference, scan, write_step) = (
+        DereferenceContext::of(ctx),
+        ScanContext::of(ctx),
+        WriteContext::of(ctx),
+    );
+    let git = resolve_git(watch, &dereference).await?;
+    let validated = validate_rules(watch)?;
+    let rules = Arc::new(rules(watch, &dereference, &pattern.registry, validated).await?);
+    // With spec.verify: every member's tag is verified in its own repository, with one key set.
+    let verify = verify_keys(watch, &rules, &dereference).await?;
+
+    // Members: the registry's repositories matching the pattern.
+    let catalog_key = CatalogKey {
+        registry: pattern.registry.clone(),
+        credentials: rules.credential_key.clone(),
+    };
+    let catalog = scan
+        .index
+        .repositories(&catalog_key, rules.interval, || async {
+            if rules.use_ecr {
+                scan.ecr.list_repositories(&pattern.registry, "").await
+            } else {
+                scan.registry
+                    .list_repositories(&pattern.registry, &rules.creds)
+                    .await
+            }
+        })
+        .await
+        .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
+    let matched: Vec<(String, Vec<String>)> = catalog
+        .repositories
+        .iter()
+        .filter_map(|name| {
+            crate::registry::ecr::match_pattern(&pattern.pattern, name)
+                .map(|captures| (name.clone(), captures))
+        })
+        .collect();
+    tracing::debug!(watch = %watch.name_any(), listed = catalog.repositories.len(), members = matched.len(), "pattern members");
+
+    // Scan, select and confirm per member (bounded concurrency, order kept).
+    let planned: Vec<(MemberResult, Option<WriteRequest>)> =
+        futures::stream::iter(matched.into_iter().map(|(repository, captures)| {
+            plan_member(
+                watch,
+                (&dereference, &scan),
+                (&rules, verify.as_ref()),
+                pattern,
+                &git,
+                repository,
+                captures,
+            )
+        }))
+        .buffered(MEMBER_CONCURRENCY)
+        .collect()
+        .await;
+
+    // Two members must never write one place (the second would undo the first).
+    let names: Vec<String> = planned
+        .iter()
+        .map(|(result, _)| result.repository.clone())
+        .collect();
+    let keys: Vec<Option<TargetSpec>> = planned
+        .iter()
+        .map(|(_, request)| request.as_ref().map(|r| r.target.clone()))
+        .collect();
+    let shared = members::shared_targets(&keys);
+    let mut results = Vec::with_capacity(planned.len());
+    let mut requests = Vec::new();
+    for (i, (mut result, request)) in planned.into_iter().enumerate() {
+        match (request, shared[i]) {
+            (Some(_), Some(other)) => {
+                result.outcome = Err(ReconcileError::InvalidSpec(format!(
+                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
+                    names[other],
+                    pattern.wildcards()
+                )));
+            }
+            (Some(request), None) => requests.push((i, request)),
+            (None, _) => {}
+        }
+        results.push(result);
+    }
+
+    // Write every intent at once: the batching writer makes one commit per repository and
+    // branch.
+    let (indices, mut requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let per_member = pr_settings
+        .as_ref()
+        .is_some_and(|p| p.per_member.unwrap_or(true));
+    if pr_settings.is_some() {
+        for (k, request) in requests.iter_mut().enumerate() {
+            let Some(branch) = request
+                .push_branch
+                .clone()
+                .filter(|b| !b.is_empty() && *b != request.branch)
+            else {
+                return Err(ReconcileError::InvalidSpec(
+                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
+                        .into(),
+                ));
+            };
+            if per_member {
+                request.push_branch = Some(pull_request::member_push_branch(
+                    &branch,
+                    &results[indices[k]].repository,
+                ));
+            }
+        }
+    }
+    let on_base: Vec<WriteRequest> = requests
+        .iter()
+        .map(|r| WriteRequest {
+            push_branch: None,
+            dry_run: true,
+            ..r.clone()
+        })
+        .collect();
+    let heads: Vec<Option<String>> = requests.iter().map(|r| r.push_branch.clone()).collect();
+    let writes = write_step
+        .slots
+        .without_work_slot(futures::future::join_all(
+            requests.into_iter().map(|r| write_step.writer.apply(r)),
+        ))
+        .await;
+    for (&i, write) in indices.iter().zip(writes) {
+        if write.as_ref().is_ok_and(|w| w.commit.is_some())
+            && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
+        {
+            ctx.metrics
+                .push_to_commit_seconds
+                .observe(since.as_secs_f64());
+        }
+        results[i].outcome = write;
+    }
+    let mut pull_request = None;
+    if let Some(settings) = pr_settings {
+        pull_request = pattern_pull_requests(
+            watch,
+            &settings,
+            &git.url,
+            per_member,
+            &mut results,
+            &indices,
+            on_base,
+            &heads,
+            &write_step,
+        )
+        .await?;
+    }
+    Ok(PatternOutcome {
+        image: spec.image.clone(),
+        listed: catalog.repositories.len(),
+        members: results,
+        suspended: spec.is_suspended(),
+        pull_request,
+    })
+}
+
+/// Steps 2–3 for one member: scan, select (with `spec.verify`, the newest tag verified in
+/// this member's repository), confirm; then its write intent. Failures are the member's,
+/// not the watch's.
+async fn plan_member(
+    watch: &ImageWatch,
+    (dereference, scan): (&DereferenceContext<'_>, &ScanContext<'_>),
+    (rules, verify): (&Arc<Rules>, Option<&VerifyKeys>),
+    pattern: &PatternImage,
+    git: &GitLocation,
+    repository: String,
+    captures: Vec<String>,
+) -> (MemberResult, Option<WriteRequest>) {
+    let mut result = MemberResult {
+        repository: repository.clone(),
+        captures: captures.clone(),
+        latest: None,
+        pull_request: None,
+        refused: None,
+        outcome: Err(ReconcileError::Internal("not reconciled".into())),
+    };
+    let repo = RepositoryRef {
+        registry: pattern.registry.clone(),
+        path: repository.clone(),
+    };
+    let target = members::expand_target(&watch.spec.target, &captures);
+    let planned = async {
+        let me = scan_repository(
+            watch,
+            scan,
+            rules.clone(),
+            repo,
+            pattern.member_image(&repository),
+            target,
+        )
+        .await?;
+        let (tag, digest, refused) = me.choose(scan, verify, None).await?;
+        result.latest = Some(tag.clone());
+        result.refused = refused;
+        me.write_request(
+            dereference,
+            me.image_for(&tag, digest.as_deref())?,
+            Some(git.clone()),
+        )
+        .await
+    }
+    .await;
+    match planned {
+        Ok(request) => (result, Some(request)),
+        Err(e) => {
+            result.outcome = Err(e);
+            (result, None)
+        }
+    }
+}
+
+/// Steps 1–4 for a watch of one repository.
+async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+    // Where to write first: a missing or wrong Git location is reported before any registry
+    // verdict.
+    let select = SelectContext::of(ctx);
+    let (dereference, scan) = (&select.dereference, &select.scan);
+    let write_step = WriteContext::of(ctx);
+    let git = resolve_git(watch, dereference).await?;
+    let me = prepare(watch, dereference, scan).await?;
+    let spec = &watch.spec;
+
+    // 3b. select: the watch's own choice, or its group's.
+    let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
+        Some(group) => Some(group_choice(&me, group, &select).await?),
+        None => None,
+    };
+    // With spec.verify: only a tag whose signature verifies is written.
+    let verify = verify_keys(watch, &me.rules, dereference).await?;
+    let (tag, digest, refused) = me
+        .choose(
+            scan,
+            verify.as_ref(),
+            group.as_ref().map(|g| g.tag.as_str()),
+        )
+        .await?;
+    let latest = me.latest(scan, &tag, digest.as_deref());
+
+    // 4. write: a group writes every member at once, so the batching writer makes one commit.
+    let pr_settings = spec
+        .git
+        .as_ref()
+        .and_then(|g| g.pull_request.clone())
+        .filter(|_| !spec.is_suspended());
+    let forge_url = git.url.clone();
+    let mine = me
+        .write_request(
+            dereference,
+            me.image_for(&tag, digest.as_deref())?,
+            Some(git),
+        )
+        .await?;
+    if let Some(settings) = pr_settings {
+        let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
+        let (write, delivered) = write_and_propose(
+            watch,
+            &me,
+            mine,
+            others,
+            &settings,
+            &forge_url,
+            &tag,
+            &write_step,
+        )
+        .await?;
+        return Ok(Outcome {
+            latest,
+            write: Some(write),
+            suspended: false,
+            waiting: group.and_then(|g| g.waiting),
+            refused: refused.map(Box::new),
+            pull_request: Some(delivered),
+        });
+    }
+    let write = match &group {
+        Some(g) if !g.others.is_empty() => {
+            let mut requests = vec![mine];
+            requests.extend(g.others.iter().cloned());
+            let results = write_step
+                .slots
+                .without_work_slot(futures::future::join_all(
+                    requests.into_iter().map(|r| write_step.writer.apply(r)),
+                ))
+                .await;
+            let mut results = results.into_iter();
+            let own = results
+                .next()
+                .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+            for other in results {
+                if let Err(e) = other {
+                    tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed");
+                }
+            }
+            own
+        }
+        _ => {
+            write_step
+                .slots
+                .without_work_slot(write_step.writer.apply(mine))
+                .await?
+        }
+    };
+    if write.commit.is_some()
+        && let Some(since) = ctx.pending.take(&me.repo.registry, &me.repo.path)
+    {
+        ctx.metrics
+            .push_to_commit_seconds
+            .observe(since.as_secs_f64());
+    }
+    Ok(Outcome {
+        latest,
+        write: Some(write),
+        suspended: spec.is_suspended(),
+        waiting: group.and_then(|g| g.waiting),
+        refused: refused.map(Box::new),
+        pull_request: None,
+    })
+}

@@ -1,0 +1,328 @@
+//! The select step: the tag a watch writes. Its own rules' choice or its pin, its group's
+//! tag (the newest every member has, see `group.rs`), and with `spec.verify` the newest tag
+//! whose signature verifies; then the image reference to write and `status.latest`. Reads
+//! [`Prepared`] scans and the watch store (for group members); hands on the tag, its digest
+//! and a refused tag to the write, and the other members' write intents of a group.
+
+use std::sync::Arc;
+
+use imagewatch_crd::{DigestMode, ImageWatch, LatestImage};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{ResourceExt, core::DeserializeGuard};
+
+use super::dereference::{DereferenceContext, VerifyKeys};
+use super::scan::{Prepared, ScanContext, prepare};
+use crate::controllers::Context;
+use crate::controllers::ReconcileError;
+use crate::policy;
+use crate::writer::WriteRequest;
+
+/// Candidate tags checked for a verified signature per reconcile, best first.
+const VERIFY_CANDIDATES: usize = 5;
+
+/// How `spec.verify` takes part in choosing the tag to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VerifyMode {
+    /// No verification: the rules' (or the pin's, or the group's) tag.
+    Off,
+    /// The newest candidate whose signature verifies; newer ones are refused.
+    NewestVerified,
+    /// Exactly the pinned or the group's tag, only if its signature verifies.
+    ThisTag,
+}
+
+/// The way a watch verifies (pure): a pin or a group's tag is not traded for an older
+/// verified one (that would be another tag than the one asked for, or split the group), so
+/// it is written only if it verifies; otherwise the newest verified candidate is chosen. The
+/// same holds for a pattern's members, each in its own repository (they have no group).
+fn verify_mode(verify: bool, pinned: bool, grouped: bool) -> VerifyMode {
+    match (verify, pinned || grouped) {
+        (false, _) => VerifyMode::Off,
+        (true, false) => VerifyMode::NewestVerified,
+        (true, true) => VerifyMode::ThisTag,
+    }
+}
+
+/// What choosing a group's tag reads: the watch cache (the group's other members), and what
+/// dereferencing and scanning those members reads. The choice of a tag itself
+/// ([`Prepared::choose`]) makes only the scan's lookups.
+#[derive(Clone, Copy)]
+pub(super) struct SelectContext<'a> {
+    pub(super) store:
+        &'a std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
+    pub(super) dereference: DereferenceContext<'a>,
+    pub(super) scan: ScanContext<'a>,
+}
+
+impl<'a> SelectContext<'a> {
+    /// The select step's view of the shared services.
+    pub(super) fn of(ctx: &'a Context) -> Self {
+        SelectContext {
+            store: &ctx.store,
+            dereference: DereferenceContext::of(ctx),
+            scan: ScanContext::of(ctx),
+        }
+    }
+}
+
+/// What a group decided for one reconcile.
+pub(super) struct GroupChoice {
+    /// The tag every member runs.
+    pub(super) tag: String,
+    /// Write intents for the other members (same tag).
+    pub(super) others: Vec<WriteRequest>,
+    /// Who lacks a newer tag, when some member has one.
+    pub(super) waiting: Option<String>,
+}
+
+/// The group's tag: the best tag every member has (see `group::decide`), with the other
+/// members' write intents for it.
+pub(super) async fn group_choice(
+    me: &Prepared<'_>,
+    group: &str,
+    ctx: &SelectContext<'_>,
+) -> Result<GroupChoice, ReconcileError> {
+    let store = ctx
+        .store
+        .get()
+        .ok_or_else(|| ReconcileError::Internal("watch store not ready".into()))?;
+    let peers: Vec<Arc<DeserializeGuard<ImageWatch>>> = store.state();
+    let mut others: Vec<&ImageWatch> = peers
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .filter(|w| {
+            w.namespace().as_deref() == Some(me.rules.namespace.as_str())
+                && w.spec.group.as_deref() == Some(group)
+                && w.name_any() != me.watch.name_any()
+                && w.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    others.sort_by_key(|w| w.name_any());
+    let mut prepared = Vec::new();
+    for other in &others {
+        match prepare(other, &ctx.dereference, &ctx.scan).await {
+            Ok(p) => prepared.push(p),
+            Err(e) => {
+                return Err(ReconcileError::WaitingForGroup(format!(
+                    "group {group}: member {} is not usable: {e}",
+                    other.name_any()
+                )));
+            }
+        }
+    }
+    let names: Vec<String> = std::iter::once(me)
+        .chain(prepared.iter())
+        .map(|p| p.watch.name_any())
+        .collect();
+    let members: Vec<crate::controllers::imagewatch::group::Member<'_>> = std::iter::once(me)
+        .chain(prepared.iter())
+        .zip(&names)
+        .map(|(p, name)| crate::controllers::imagewatch::group::Member {
+            name,
+            policy: &p.rules.policy,
+            tags: &p.scan.tags,
+        })
+        .collect();
+    let decision = crate::controllers::imagewatch::group::decide(&members);
+    let Some(tag) = decision.tag.clone() else {
+        return Err(ReconcileError::WaitingForGroup(
+            crate::controllers::imagewatch::group::waiting_message(group, &decision),
+        ));
+    };
+    let waiting = (!decision.waiting_for.is_empty())
+        .then(|| crate::controllers::imagewatch::group::waiting_message(group, &decision));
+    let mut requests = Vec::new();
+    for p in &prepared {
+        let digest = p.confirmed_digest(&ctx.scan, &tag).await.map_err(|e| {
+            ReconcileError::WaitingForGroup(format!(
+                "group {group}: member {}: {e}",
+                p.watch.name_any()
+            ))
+        })?;
+        requests.push(
+            p.write_request(&ctx.dereference, p.image_for(&tag, Some(&digest))?, None)
+                .await?,
+        );
+    }
+    Ok(GroupChoice {
+        tag,
+        others: requests,
+        waiting,
+    })
+}
+
+impl Prepared<'_> {
+    /// The tag the watch's own rules (or its pin) choose.
+    fn own_choice(&self) -> Result<String, ReconcileError> {
+        let spec = &self.watch.spec;
+        if let Some(pin) = spec.pin.as_deref().filter(|p| !p.is_empty()) {
+            return Ok(pin.to_string());
+        }
+        let tags = spec.tags.clone().unwrap_or_default();
+        let policy = &self.rules.policy;
+        policy.select(&self.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
+            let pattern = tags.pattern.as_deref().unwrap_or("*");
+            let matching = self.scan.tags.iter().filter(|t| policy.matches(&t.tag)).count();
+            ReconcileError::NoMatchingTags(if matching == 0 {
+                format!(
+                    "none of the {} tags of {} matches pattern {pattern:?}",
+                    self.scan.listed, self.image
+                )
+            } else {
+                format!(
+                    "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
+                    self.image, self.rules.order
+                )
+            })
+        })
+    }
+
+    /// The tag to write, its digest and (with `spec.verify`) the newest better tag refused
+    /// for its signature: see [`verify_mode`]. `group_tag` is what the watch's group chose.
+    pub(super) async fn choose(
+        &self,
+        ctx: &ScanContext<'_>,
+        verify: Option<&VerifyKeys>,
+        group_tag: Option<&str>,
+    ) -> Result<(String, Option<String>, Option<crate::signature::Refused>), ReconcileError> {
+        let pinned = self
+            .watch
+            .spec
+            .pin
+            .as_deref()
+            .is_some_and(|p| !p.is_empty());
+        let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
+        if let (VerifyMode::NewestVerified, Some(keys)) = (mode, verify) {
+            let (tag, digest, refused) = self.verified_choice(ctx, keys).await?;
+            return Ok((tag, Some(digest), refused));
+        }
+        let tag = match group_tag {
+            Some(tag) => tag.to_string(),
+            None => self.own_choice()?,
+        };
+        if mode == VerifyMode::Off {
+            // The watch's own choice needs a manifest request only where a digest is written
+            // or the listing does not hold it; a group's tag is confirmed in every member.
+            let digest = match group_tag {
+                Some(_) => Some(self.confirmed_digest(ctx, &tag).await?),
+                None => self.digest_to_write(ctx, &tag).await?,
+            };
+            return Ok((tag, digest, None));
+        }
+        let digest = self.confirmed_digest(ctx, &tag).await?;
+        if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
+            let verdict = self.verdict(ctx, keys, &digest).await?;
+            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+            if let Some(first) = decision.refused.into_iter().next() {
+                return Err(ReconcileError::Signature(Box::new(first)));
+            }
+        }
+        Ok((tag, Some(digest), None))
+    }
+
+    /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
+    /// newest better candidate refused (see `signature::decide`).
+    async fn verified_choice(
+        &self,
+        ctx: &ScanContext<'_>,
+        keys: &VerifyKeys,
+    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+        let ranked = self.rules.policy.ranked(&self.scan.tags, VERIFY_CANDIDATES);
+        if ranked.is_empty() {
+            self.own_choice()?;
+        }
+        let mut checked = Vec::new();
+        for candidate in &ranked {
+            let Some(digest) = self.digest(ctx, &candidate.tag).await? else {
+                continue;
+            };
+            let verdict = self.verdict(ctx, keys, &digest).await?;
+            let verified = matches!(verdict, crate::signature::Verdict::Verified { .. });
+            checked.push((candidate.tag.clone(), digest, verdict));
+            if verified {
+                break;
+            }
+        }
+        let decision = crate::signature::decide(&checked);
+        let newest_refused = decision.refused.into_iter().next();
+        match decision.chosen {
+            Some((tag, digest)) => Ok((tag, digest, newest_refused)),
+            None => match newest_refused {
+                Some(refused) => Err(ReconcileError::Signature(Box::new(refused))),
+                None => Err(ReconcileError::NoMatchingTags(format!(
+                    "no candidate tag of {} has a manifest",
+                    self.image
+                ))),
+            },
+        }
+    }
+
+    /// The image reference to write for `tag` (`digest` is required to pin or follow it).
+    pub(super) fn image_for(
+        &self,
+        tag: &str,
+        digest: Option<&str>,
+    ) -> Result<String, ReconcileError> {
+        match (self.watch.spec.digest.unwrap_or_default(), digest) {
+            (DigestMode::Tag, _) => Ok(format!("{}:{}", self.image, tag)),
+            (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
+                Ok(format!("{}:{}@{}", self.image, tag, digest))
+            }
+            (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
+                "no digest of {}:{tag} to write",
+                self.image
+            ))),
+        }
+    }
+
+    /// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
+    /// known; otherwise the time the registry lists, if any.
+    pub(super) fn latest(
+        &self,
+        ctx: &ScanContext<'_>,
+        tag: &str,
+        digest: Option<&str>,
+    ) -> LatestImage {
+        let listed = self
+            .scan
+            .tags
+            .iter()
+            .find(|t| t.tag == tag)
+            .and_then(|t| t.pushed_at);
+        let appeared = (self.rules.order == policy::Order::Newest)
+            .then(|| ctx.appearances.get(&self.scan_key, tag))
+            .flatten();
+        match appeared {
+            Some(appeared) => LatestImage {
+                tag: tag.to_owned(),
+                digest: digest.map(str::to_owned),
+                pushed_at: None,
+                appeared_at: appeared.at.map(Time),
+                appeared_from: Some(appeared.source.as_str().to_owned()),
+            },
+            None => LatestImage {
+                tag: tag.to_owned(),
+                digest: digest.map(str::to_owned),
+                pushed_at: listed.map(Time),
+                appeared_at: None,
+                appeared_from: None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{VerifyMode, verify_mode};
+
+    #[test]
+    fn a_pin_or_a_group_tag_is_verified_as_it_is_otherwise_the_newest_verified_wins() {
+        assert_eq!(verify_mode(false, false, false), VerifyMode::Off);
+        assert_eq!(verify_mode(false, true, true), VerifyMode::Off);
+        // A watch of one repository and every member of a pattern (never grouped).
+        assert_eq!(verify_mode(true, false, false), VerifyMode::NewestVerified);
+        assert_eq!(verify_mode(true, true, false), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, false, true), VerifyMode::ThisTag);
+        assert_eq!(verify_mode(true, true, true), VerifyMode::ThisTag);
+    }
+}

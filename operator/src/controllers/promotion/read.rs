@@ -1,0 +1,498 @@
+//! Read step of a PromotionPolicy reconcile: the policy (validation of what the schema cannot
+//! check), the source stage (the selected ImageWatches, or `from.path`), the Git location and
+//! credentials of the target, the current state in Git (the target branch, the source branch
+//! and the pull request branch, read through the git writer's clones) and the Argo CD
+//! Application of the `application` gate.
+
+use super::*;
+
+/// What the read step reads: ImageWatches and Argo CD Applications (with the client, in Argo
+/// CD's namespace), the allow-list and the metrics its answers are counted in, the target's
+/// Git Secret, and the git writer's clones.
+#[derive(Clone, Copy)]
+pub(super) struct ReadContext<'a> {
+    pub(super) client: &'a Client,
+    pub(super) argocd_namespace: &'a str,
+    pub(super) allowance: &'a crate::cluster::allowance::Allowance,
+    pub(super) metrics: &'a crate::telemetry::Metrics,
+    pub(super) secrets: SecretReader<'a>,
+    pub(super) clones: &'a Arc<RepoCache>,
+}
+
+impl<'a> ReadContext<'a> {
+    /// The read step's view of what the policy reconciles share.
+    pub(super) fn of(shared: &'a Shared) -> Self {
+        ReadContext {
+            client: &shared.ctx.client,
+            argocd_namespace: &shared.ctx.argocd_namespace,
+            allowance: &shared.ctx.allowance,
+            metrics: &shared.ctx.metrics,
+            secrets: SecretReader::of(&shared.ctx),
+            clones: &shared.cache,
+        }
+    }
+}
+
+/// Step 1 (pure): checks what the API server's schema cannot.
+pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String> {
+    if spec
+        .to
+        .git
+        .as_ref()
+        .is_some_and(|g| g.pull_request.is_some())
+    {
+        return Err(
+            "spec.to.git.pullRequest is for ImageWatches; a PromotionPolicy sets spec.pullRequest"
+                .into(),
+        );
+    }
+    if parse_duration(spec.interval_or_default()).is_none() {
+        return Err(format!(
+            "spec.interval {:?} is not a duration",
+            spec.interval_or_default()
+        ));
+    }
+    match (&spec.from.watch_selector, &spec.from.path) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(
+                "exactly one of spec.from.watchSelector and spec.from.path must be set".into(),
+            );
+        }
+        _ => {}
+    }
+    let path_ok = |p: &str| !p.starts_with('/') && !p.split('/').any(|s| s == "..");
+    if spec.to.path.trim_matches('/').is_empty() || !path_ok(&spec.to.path) {
+        return Err(format!(
+            "spec.to.path {:?} must be a directory relative to the repository root",
+            spec.to.path
+        ));
+    }
+    if let Some(p) = &spec.from.path
+        && (!path_ok(p) || p.trim_matches('/').is_empty())
+    {
+        return Err(format!(
+            "spec.from.path {p:?} must be a directory relative to the repository root"
+        ));
+    }
+    if spec.from.path.is_some() && spec.to.git.is_none() {
+        return Err("spec.to.git is required with spec.from.path".into());
+    }
+    if let Some(soak) = spec.gates.as_ref().and_then(|g| g.soak.as_deref())
+        && parse_duration(soak).is_none()
+    {
+        return Err(format!("spec.gates.soak {soak:?} is not a duration"));
+    }
+    if spec.mode() == PromotionMode::PullRequest && spec.pull_request.is_none() {
+        return Err("spec.pullRequest is required in mode PullRequest (the default)".into());
+    }
+    for rule in spec.to.image_rewrite.iter().flatten() {
+        if rule.from.is_empty() {
+            return Err("spec.to.imageRewrite: from must not be empty".into());
+        }
+    }
+    for (name, tag) in spec.pin.iter().flatten() {
+        crate::manifests::image_ref::validate_tag(tag)
+            .map_err(|e| format!("spec.pin {name}: {e}"))?;
+    }
+    if let Some(align) = &spec.align_tags
+        && align.leader.is_empty()
+    {
+        return Err("spec.alignTags.leader must not be empty".into());
+    }
+    Ok(())
+}
+
+/// Where the promotion reads and writes.
+pub(super) struct Location {
+    pub(super) url: String,
+    pub(super) auth: GitAuth,
+    /// `to.branch`.
+    pub(super) base: String,
+    /// Branch the source lives on (source watches' branch, or `from.branch`).
+    pub(super) source_branch: String,
+}
+
+pub(super) fn source_label(spec: &imagewatch_crd::PromotionPolicySpec) -> String {
+    match (&spec.from.watch_selector, &spec.from.path) {
+        (Some(selector), _) => {
+            let mut parts: Vec<String> = selector
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            for e in selector.match_expressions.iter().flatten() {
+                parts.push(format!(
+                    "{} {} ({})",
+                    e.key,
+                    e.operator,
+                    e.values.clone().unwrap_or_default().join(",")
+                ));
+            }
+            format!("ImageWatches {}", parts.join(","))
+        }
+        (None, Some(path)) => path.trim_matches('/').to_string(),
+        (None, None) => String::new(),
+    }
+}
+
+pub(super) async fn list_source_watches(
+    policy: &PromotionPolicy,
+    client: &Client,
+) -> Result<Vec<ImageWatch>, PromotionError> {
+    let Some(selector) = &policy.spec.from.watch_selector else {
+        return Ok(Vec::new());
+    };
+    let selector = Selector::try_from(selector.clone())
+        .map_err(|e| PromotionError::InvalidSpec(format!("spec.from.watchSelector: {e}")))?;
+    let api: Api<ImageWatch> =
+        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+    Ok(api
+        .list(&ListParams::default().labels_from(&selector))
+        .await?
+        .items)
+}
+
+/// The target repository: its URL, the name of its Git Secret, and its branch.
+pub(super) async fn target_repository(
+    policy: &PromotionPolicy,
+    watches: &[ImageWatch],
+    ctx: &ReadContext<'_>,
+) -> Result<(String, Option<String>, String), PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let spec = &policy.spec;
+    let client = ctx.client;
+    Ok(match (&spec.to.git, watches.first()) {
+        (Some(git), _) => (
+            git.url.clone(),
+            git.secret_ref.as_ref().map(|s| s.name.clone()),
+            git.branch().to_string(),
+        ),
+        (None, Some(watch)) => match &watch.spec.git {
+            Some(git) => (
+                git.url.clone(),
+                git.secret_ref.as_ref().map(|s| s.name.clone()),
+                git.branch().to_string(),
+            ),
+            None => {
+                let (source, secret) = crate::cluster::argocd::resolve(
+                    client,
+                    ctx.argocd_namespace,
+                    &namespace,
+                    watch.annotations(),
+                    watch.labels(),
+                )
+                .await?;
+                (source.repo_url, secret, source.branch)
+            }
+        },
+        (None, None) => {
+            return Err(PromotionError::InvalidSpec(
+                "spec.to.git is not set and no source ImageWatch names a repository".into(),
+            ));
+        }
+    })
+}
+
+pub(super) async fn resolve_location(
+    policy: &PromotionPolicy,
+    watches: &[ImageWatch],
+    ctx: &ReadContext<'_>,
+) -> Result<Location, PromotionError> {
+    let namespace = policy.namespace().unwrap_or_default();
+    let spec = &policy.spec;
+    let (url, secret, repo_branch) = target_repository(policy, watches, ctx).await?;
+    crate::git::check_tenant_url(&url).map_err(PromotionError::InvalidSpec)?;
+    let ask = crate::cluster::allow::Ask {
+        namespace: &namespace,
+        git: Some((url.as_str(), vec![spec.to.path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = crate::cluster::allowance::ProjectOf {
+        argocd_namespace: ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    ctx.allowance
+        .check(
+            ctx.client,
+            ctx.metrics,
+            "PromotionPolicy",
+            ask,
+            Some(project),
+        )
+        .await?;
+    let project = crate::cluster::allowance::ProjectOf {
+        argocd_namespace: ctx.argocd_namespace,
+        namespace: &namespace,
+        annotations: policy.annotations(),
+        labels: policy.labels(),
+    };
+    ctx.allowance
+        .check_target(ctx.client, ctx.metrics, project, &url, &spec.to.path)
+        .await?;
+    let auth = match secret {
+        Some(name) => secrets::git_credentials(&ctx.secrets, &namespace, &name).await?,
+        None => GitAuth::Anonymous,
+    };
+    let watch_branch = watches
+        .first()
+        .and_then(|w| w.spec.git.as_ref())
+        .map(|g| g.branch().to_string());
+    Ok(Location {
+        url,
+        auth,
+        base: spec
+            .to
+            .branch
+            .clone()
+            .unwrap_or_else(|| repo_branch.clone()),
+        source_branch: spec
+            .from
+            .branch
+            .clone()
+            .or(watch_branch)
+            .unwrap_or(repo_branch),
+    })
+}
+
+/// Files as `(repository-relative path, text)`.
+pub(super) type Files = Vec<(String, String)>;
+
+/// A commit id and its time.
+pub(super) type Change = (String, jiff::Timestamp);
+
+/// What the blocking Git read found.
+pub(super) struct GitRead {
+    pub(super) base_head: Oid,
+    pub(super) pr_tip: Option<Oid>,
+    pub(super) target_files: Vec<(String, String)>,
+    /// `from.path`: files, and the last commit that changed the directory (id, time).
+    pub(super) source: Option<(Files, Option<Change>)>,
+    pub(super) containment: Option<Containment>,
+}
+
+pub(super) fn utf8_files(files: Vec<(String, Vec<u8>)>) -> Vec<(String, String)> {
+    files
+        .into_iter()
+        .filter_map(|(n, b)| String::from_utf8(b).ok().map(|t| (n, t)))
+        .collect()
+}
+
+/// The last commit (first-parent history, at most 1000 back) that changed `path`.
+pub(super) fn last_change(
+    repo: &git2::Repository,
+    head: Oid,
+    path: &str,
+) -> Result<Option<(String, jiff::Timestamp)>, git2::Error> {
+    let entry_at = |c: &git2::Commit<'_>| -> Option<Oid> {
+        c.tree()
+            .ok()?
+            .get_path(std::path::Path::new(path))
+            .ok()
+            .map(|e| e.id())
+    };
+    let mut commit = repo.find_commit(head)?;
+    let current = entry_at(&commit);
+    for _ in 0..1000 {
+        let Ok(parent) = commit.parent(0) else {
+            break;
+        };
+        if entry_at(&parent) != current {
+            break;
+        }
+        commit = parent;
+    }
+    let at = jiff::Timestamp::from_second(commit.time().seconds()).ok();
+    Ok(at.map(|at| (commit.id().to_string(), at)))
+}
+
+/// Whether `revision` is, or descends from, every commit of `commits`.
+pub(super) fn containment(
+    repo: &git2::Repository,
+    revision: &str,
+    commits: &[String],
+) -> Containment {
+    let Ok(rev) = Oid::from_str(revision) else {
+        return Containment::Unknown(format!("revision {revision:?} is not a commit id"));
+    };
+    if repo.find_commit(rev).is_err() {
+        return Containment::Unknown(format!(
+            "revision {} is not in the fetched history of the source branch",
+            revision.get(..12).unwrap_or(revision)
+        ));
+    }
+    for commit in commits {
+        let Ok(c) = Oid::from_str(commit) else {
+            return Containment::Unknown(format!("source commit {commit:?} is not a commit id"));
+        };
+        if c == rev {
+            continue;
+        }
+        match repo.graph_descendant_of(rev, c) {
+            Ok(true) => {}
+            Ok(false) => return Containment::Lacks(commit.clone()),
+            Err(e) => return Containment::Unknown(format!("cannot compare with {commit}: {e}")),
+        }
+    }
+    Containment::Contains
+}
+
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, PromotionError> + Send + 'static,
+) -> Result<T, PromotionError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| PromotionError::Internal(format!("git task: {e}")))?
+}
+
+/// Reads what the decision needs from Git.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn read_git(
+    ctx: &ReadContext<'_>,
+    location: &Location,
+    to_path: String,
+    from_path: Option<String>,
+    pr_branch: Option<String>,
+    revision: Option<String>,
+    watch_commits: Vec<String>,
+) -> Result<GitRead, PromotionError> {
+    let cache = ctx.clones.clone();
+    let url = location.url.clone();
+    let auth = location.auth.clone();
+    let base = location.base.clone();
+    let source_branch = location.source_branch.clone();
+    blocking(move || {
+        let repo = cache.open_or_clone(&url, &auth)?;
+        let mut branches: Vec<&str> = vec![base.as_str()];
+        if source_branch != base {
+            branches.push(source_branch.as_str());
+        }
+        if let Some(b) = pr_branch.as_deref() {
+            branches.push(b);
+        }
+        let heads = repo.fetch_many(&branches, &auth)?;
+        let base_head = heads[0].ok_or_else(|| GitError::BranchNotFound {
+            url: url.clone(),
+            branch: base.clone(),
+        })?;
+        let source_head = if source_branch != base {
+            heads[1].ok_or_else(|| GitError::BranchNotFound {
+                url: url.clone(),
+                branch: source_branch.clone(),
+            })?
+        } else {
+            base_head
+        };
+        let pr_tip = if pr_branch.is_some() {
+            heads.last().copied().flatten()
+        } else {
+            None
+        };
+        let target_files = match repo.read_files_under(base_head, &to_path) {
+            Ok(files) => utf8_files(files),
+            Err(GitError::PathNotFound { .. }) => {
+                return Err(PromotionError::TargetNotFound(format!(
+                    "spec.to.path {to_path:?} does not exist on branch {base}"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut commits = watch_commits;
+        let source = match &from_path {
+            Some(path) => {
+                let files = match repo.read_files_under(source_head, path) {
+                    Ok(files) => utf8_files(files),
+                    Err(GitError::PathNotFound { .. }) => {
+                        return Err(PromotionError::SourceNotReady(format!(
+                            "spec.from.path {path:?} does not exist on branch {source_branch}"
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let changed = last_change(repo.raw(), source_head, path.trim_matches('/'))
+                    .map_err(|e| PromotionError::Internal(format!("git history: {e}")))?;
+                commits.extend(changed.as_ref().map(|(c, _)| c.clone()));
+                Some((files, changed))
+            }
+            None => None,
+        };
+        let containment = revision.map(|rev| containment(repo.raw(), &rev, &commits));
+        Ok(GitRead {
+            base_head,
+            pr_tip,
+            target_files,
+            source,
+            containment,
+        })
+    })
+    .await
+}
+
+/// The Argo CD Application a `gates.application` names, as far as the policy in
+/// `policy_namespace` may see it: one that neither lives in nor deploys to that namespace is
+/// reported like a missing one, so a tenant learns nothing of other tenants' Applications
+/// (their sync state, health or revision).
+pub(super) async fn read_application(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    policy_namespace: &str,
+) -> Result<ApplicationFacts, PromotionError> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+        "applications",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let label = format!("{namespace}/{name}");
+    let app = match api.get_opt(name).await {
+        Ok(app) => app,
+        Err(kube::Error::Api(s)) if s.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    let app = app
+        .filter(|app| crate::cluster::argocd::deploys_to(namespace, &app.data, policy_namespace));
+    Ok(match app {
+        Some(app) => {
+            let (sync, health, revision) = application_state(&app.data);
+            ApplicationFacts {
+                name: label,
+                found: true,
+                sync,
+                health,
+                revision,
+                containment: Containment::Unknown(String::new()),
+            }
+        }
+        None => ApplicationFacts {
+            name: label,
+            found: false,
+            sync: None,
+            health: None,
+            revision: None,
+            containment: Containment::Unknown(String::new()),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::promotion::fixtures::*;
+
+    #[test]
+    fn validation_catches_what_the_schema_cannot() {
+        assert!(validate(&policy(json!({})).spec).is_ok());
+        let bad = policy(json!({"gates": {"soak": "soon"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("soak"));
+        let bad = policy(json!({"pin": {"my-api": "-bad"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("spec.pin"));
+        let mut bad = policy(json!({}));
+        bad.spec.pull_request = None;
+        assert!(validate(&bad.spec).unwrap_err().contains("pullRequest"));
+        let bad = policy(json!({"from": {"path": "overlays/stg"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("to.git"));
+    }
+}

@@ -1,0 +1,343 @@
+//! Status step of a PromotionPolicy reconcile: the status this reconcile leaves (pure), its
+//! server-side apply when it changed, and the Events of a promotion.
+
+use super::*;
+
+pub use imagewatch_engine::status::{short, truncate};
+
+/// Step 6 (pure, in the engine): the status this reconcile leaves.
+pub fn build_status(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+    now: &Time,
+) -> PromotionPolicyStatus {
+    imagewatch_engine::status::promotion::build_status(
+        policy.status.as_ref(),
+        policy.metadata.generation,
+        result,
+        now,
+    )
+}
+
+pub(super) async fn patch_status_if_changed(
+    policy: &PromotionPolicy,
+    status: PromotionPolicyStatus,
+    client: &Client,
+) -> Result<(), PromotionError> {
+    if policy.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<PromotionPolicy> =
+        Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": "imagewatch.dev/v1alpha1",
+        "kind": "PromotionPolicy",
+        "status": status,
+    });
+    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
+    match api
+        .patch_status(&policy.name_any(), &params, &Patch::Apply(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) fn ready_of(policy: &PromotionPolicy) -> Option<&Condition> {
+    policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+}
+
+pub(super) fn gates_of(policy: &PromotionPolicy) -> Option<&Condition> {
+    policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == GATES_PASSING))
+}
+
+/// The Event a reconcile result deserves, if any (pure).
+pub fn event_for(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+) -> Option<Event> {
+    let normal = |reason: &str, action: &str, note: String| Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(truncate(&note, 1024)),
+        action: action.into(),
+        secondary: None,
+    };
+    match result {
+        Ok(o) => {
+            let summary = o.candidate.summary();
+            match &o.delivery {
+                Delivery::Committed { commit } => Some(normal(
+                    "Promoted",
+                    "Commit",
+                    format!(
+                        "committed {} to {} ({}): {summary}",
+                        short(commit),
+                        o.branch,
+                        o.path
+                    ),
+                )),
+                Delivery::Proposed {
+                    pull_request,
+                    action: EnsureAction::Created,
+                    ..
+                } => Some(normal(
+                    "PullRequestOpened",
+                    "Propose",
+                    format!(
+                        "opened #{} {}: {summary}",
+                        pull_request.number, pull_request.url
+                    ),
+                )),
+                Delivery::Proposed {
+                    pull_request,
+                    pushed: true,
+                    ..
+                } => Some(normal(
+                    "PullRequestUpdated",
+                    "Propose",
+                    format!(
+                        "updated #{} {}: {summary}",
+                        pull_request.number, pull_request.url
+                    ),
+                )),
+                Delivery::UpToDate {
+                    closed: Some(pr), ..
+                } => Some(normal(
+                    "PullRequestClosed",
+                    "Close",
+                    format!(
+                        "closed #{} {}: {} already holds {summary}",
+                        pr.number, pr.url, o.path
+                    ),
+                )),
+                Delivery::Gated => {
+                    let (reason, message) = o.gates.as_ref()?.failing.clone()?;
+                    let previous = gates_of(policy);
+                    previous
+                        .is_none_or(|c| c.reason != reason)
+                        .then(|| normal(reason, "Gate", message))
+                }
+                _ => None,
+            }
+        }
+        Err(e) => {
+            let message = e.to_string();
+            let previous = ready_of(policy);
+            previous
+                .is_none_or(|c| c.reason != e.reason() || c.message != truncate(&message, 1024))
+                .then(|| Event {
+                    type_: match e {
+                        PromotionError::SourceWaiting(_) => EventType::Normal,
+                        _ => EventType::Warning,
+                    },
+                    reason: e.reason().into(),
+                    note: Some(truncate(&message, 1024)),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                })
+        }
+    }
+}
+
+pub(super) async fn publish_events(
+    policy: &PromotionPolicy,
+    result: &Result<Outcome, PromotionError>,
+    recorder: &kube::runtime::events::Recorder,
+) {
+    if let Some(event) = event_for(policy, result)
+        && let Err(e) = recorder.publish(&event, &policy.object_ref(&())).await
+    {
+        tracing::warn!(error = %e, "cannot publish Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::promotion::fixtures::*;
+
+    #[test]
+    fn a_gated_candidate_names_the_gate() {
+        let p = policy(json!({}));
+        let report = promotion::evaluate(
+            &GateFacts {
+                image_exists: Some(vec![ImageFact {
+                    reference: "r/acct222/my-api:v2".into(),
+                    expected_digest: None,
+                    check: ImageCheck::Missing,
+                }]),
+                ..Default::default()
+            },
+            jiff::Timestamp::from_second(0).unwrap(),
+        );
+        let s = build_status(
+            &p,
+            &Ok(outcome(Delivery::Gated, Some(report), "v1")),
+            &t(10),
+        );
+        assert_eq!(cond(&s, GATES_PASSING).reason, "ImageMissing");
+        assert_eq!(cond(&s, GATES_PASSING).status, "False");
+        assert_eq!(cond(&s, READY).reason, "WaitingForGates");
+        assert_eq!(s.gates_summary.as_deref(), Some("0/1"));
+        assert_eq!(s.candidate_summary.as_deref(), Some("my-api:v2"));
+        assert_eq!(s.candidate[0].current.as_deref(), Some("v1"));
+        assert!(s.last_promotions.is_empty());
+        assert!(
+            event_for(
+                &p,
+                &Ok(outcome(
+                    Delivery::Gated,
+                    s.gates_summary.as_ref().map(|_| GateReport {
+                        failing: Some(("ImageMissing", "x".into())),
+                        ..Default::default()
+                    }),
+                    "v1"
+                ))
+            )
+            .is_some()
+        );
+    }
+
+    #[test]
+    fn a_proposal_records_the_pull_request_and_the_promotion() {
+        let p = policy(json!({}));
+        let o = outcome(
+            Delivery::Proposed {
+                pull_request: pr(3),
+                action: EnsureAction::Created,
+                commit: "abcdef1234567890".into(),
+                pushed: true,
+            },
+            Some(GateReport::default()),
+            "v1",
+        );
+        let s = build_status(&p, &Ok(o.clone()), &t(10));
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).status, "True");
+        assert_eq!(
+            cond(&s, PULL_REQUEST_OPEN).message,
+            "https://github.test/o/r/pull/3"
+        );
+        assert_eq!(cond(&s, READY).reason, "Proposed");
+        assert_eq!(s.pull_request.as_ref().map(|p| p.number), Some(3));
+        assert_eq!(s.last_promotions.len(), 1);
+        assert_eq!(s.last_promotions[0].tags["my-api"], "v2");
+        let e = event_for(&p, &Ok(o.clone())).unwrap();
+        assert_eq!(e.reason, "PullRequestOpened");
+
+        // The same state again records nothing new.
+        let mut again = p.clone();
+        again.status = Some(s.clone());
+        let unchanged = outcome(
+            Delivery::Proposed {
+                pull_request: pr(3),
+                action: EnsureAction::Unchanged,
+                commit: "abcdef1234567890".into(),
+                pushed: false,
+            },
+            Some(GateReport::default()),
+            "v1",
+        );
+        let s2 = build_status(&again, &Ok(unchanged.clone()), &t(20));
+        assert_eq!(s2, s, "nothing changes, so no status write");
+        assert!(event_for(&again, &Ok(unchanged)).is_none());
+    }
+
+    #[test]
+    fn history_is_newest_first_and_bounded() {
+        let mut p = policy(json!({"mode": "Commit"}));
+        for i in 0..12 {
+            let o = Outcome {
+                mode: PromotionMode::Commit,
+                ..outcome(
+                    Delivery::Committed {
+                        commit: format!("c{i:02}"),
+                    },
+                    Some(GateReport::default()),
+                    "v1",
+                )
+            };
+            p.status = Some(build_status(&p, &Ok(o), &t(i)));
+        }
+        let s = p.status.unwrap();
+        assert_eq!(s.last_promotions.len(), HISTORY);
+        assert_eq!(s.last_promotions[0].commit.as_deref(), Some("c11"));
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "NotApplicable");
+        assert_eq!(cond(&s, READY).reason, "Committed");
+    }
+
+    #[test]
+    fn a_commit_stays_the_ready_message_once_current() {
+        let mut p = policy(json!({"mode": "Commit"}));
+        let committed = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(
+                Delivery::Committed {
+                    commit: "abc".into(),
+                },
+                Some(GateReport::default()),
+                "v1",
+            )
+        };
+        p.status = Some(build_status(&p, &Ok(committed), &t(1)));
+        let current = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(Delivery::UpToDate { closed: None }, None, "v2")
+        };
+        let s = build_status(&p, &Ok(current), &t(2));
+        assert_eq!(cond(&s, READY).reason, "Committed");
+        assert_eq!(cond(&s, GATES_PASSING).reason, "NothingToPromote");
+    }
+
+    #[test]
+    fn up_to_date_closes_and_clears_the_pull_request() {
+        let mut p = policy(json!({}));
+        p.status = Some(PromotionPolicyStatus {
+            pull_request: Some(PullRequestRef {
+                url: "u".into(),
+                number: 3,
+                branch: "b".into(),
+            }),
+            ..Default::default()
+        });
+        let o = outcome(
+            Delivery::UpToDate {
+                closed: Some(pr(3)),
+            },
+            None,
+            "v2",
+        );
+        let s = build_status(&p, &Ok(o.clone()), &t(10));
+        assert!(s.pull_request.is_none());
+        assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "Closed");
+        assert_eq!(cond(&s, GATES_PASSING).status, "Unknown");
+        assert_eq!(cond(&s, READY).reason, "UpToDate");
+        assert_eq!(event_for(&p, &Ok(o)).unwrap().reason, "PullRequestClosed");
+    }
+
+    #[test]
+    fn errors_keep_the_last_known_state() {
+        let mut p = policy(json!({}));
+        p.status = Some(PromotionPolicyStatus {
+            candidate_summary: Some("my-api:v2".into()),
+            ..Default::default()
+        });
+        let err = PromotionError::Forge(ForgeError::RateLimited {
+            provider: "github",
+            retry_after: Some(Duration::from_secs(30)),
+            message: "API rate limit exceeded".into(),
+        });
+        let s = build_status(&p, &Err(err), &t(10));
+        assert_eq!(s.candidate_summary.as_deref(), Some("my-api:v2"));
+        assert_eq!(cond(&s, READY).reason, "ForgeError");
+        assert!(cond(&s, READY).message.contains("retry in 30s"));
+    }
+}
