@@ -49,6 +49,15 @@ impl NotifyingRegistry {
         self.state.path().join("registry/registry.log")
     }
 
+    /// The registry process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.state.path().join("pids/registry.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// `.dockerconfigjson` contents for this registry.
     pub fn dockerconfigjson(&self) -> String {
         crate::ground::dockerconfigjson(

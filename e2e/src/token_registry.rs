@@ -1,7 +1,8 @@
 //! A CNCF distribution registry with Docker token authentication, for benchmarks that count
 //! credential fetches: the registry answers `401 Bearer realm=…` and trusts JWTs (ES256, with
 //! the signing certificate in `x5c`) from a token server running in this process, which checks
-//! Basic credentials and counts every token it issues, per scope.
+//! credentials and counts every token it issues, per scope. It answers both ways of the spec:
+//! `GET` with Basic credentials and `scope` query parameters, and the OAuth2 form `POST`.
 //!
 //! The registry process and its state directory belong to the handle and go when it drops.
 
@@ -248,6 +249,15 @@ fn free_port() -> anyhow::Result<u16> {
 impl TokenRegistry {
     /// Starts the token server (tokens valid for `lifetime`) and `docker-registry serve`.
     pub async fn start(lifetime: Duration) -> anyhow::Result<Self> {
+        Self::start_notifying(lifetime, None).await
+    }
+
+    /// Like [`Self::start`]; with `notify` = (URL, token), the registry POSTs its events
+    /// there with `Authorization: Bearer token`, as `registry.sh` configures it.
+    pub async fn start_notifying(
+        lifetime: Duration,
+        notify: Option<(&str, &str)>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let signer = TokenSigner::generate(dir.path())?;
         let (user, password) = ("bench".to_string(), "bench-secret".to_string());
@@ -264,7 +274,7 @@ impl TokenRegistry {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let token_host = listener.local_addr()?.to_string();
         let app = axum::Router::new()
-            .route("/token", axum::routing::get(issue))
+            .route("/token", axum::routing::get(issue).post(issue_form))
             .with_state(state.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -279,7 +289,13 @@ impl TokenRegistry {
                 "version: 0.1\nlog:\n  level: info\n  formatter: text\nstorage:\n  filesystem:\n    rootdirectory: {data}\n  cache:\n    blobdescriptor: inmemory\n  maintenance:\n    uploadpurging:\n      enabled: false\nhttp:\n  addr: {host}\n  secret: imagewatch-bench-{port}\nauth:\n  token:\n    realm: http://{token_host}/token\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {bundle}\n",
                 data = dir.path().join("data").display(),
                 bundle = dir.path().join("token.crt").display(),
-            ),
+            ) + &notify
+                .map(|(url, token)| {
+                    format!(
+                        "notifications:\n  events:\n    includereferences: true\n  endpoints:\n    - name: imagewatch-bench\n      url: {url}\n      timeout: 2s\n      threshold: 2\n      backoff: 1s\n      headers:\n        Authorization: [Bearer {token}]\n"
+                    )
+                })
+                .unwrap_or_default(),
         )?;
         let log = std::fs::File::create(dir.path().join("registry.log"))?;
         let child = Command::new("docker-registry")
@@ -321,21 +337,27 @@ impl TokenRegistry {
     /// The `Authorization` header for pushing to (and mounting from) `repositories`, minted
     /// directly (not counted as a fetch).
     pub fn push_authorization(&self, repositories: &[&str]) -> String {
-        let access: Vec<Access> = repositories
-            .iter()
-            .map(|r| Access {
-                kind: "repository".into(),
-                name: r.to_string(),
-                actions: vec!["pull".into(), "push".into()],
-            })
-            .collect();
-        let id = self
-            .state
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let claims = claims("bench-pusher", &access, now(), Duration::from_secs(600), id);
-        let token = self.state.signer.sign(&claims).expect("token signing");
-        format!("Bearer {token}")
+        self.state.push_authorization(repositories)
+    }
+
+    /// An authorizer for [`crate::oci_push::ImagePusher`] that mints one token per set of
+    /// repositories and reuses it, as a CI job's `docker push` does.
+    pub fn cached_push_authorizer(&self) -> crate::oci_push::Authorizer {
+        let state = self.state.clone();
+        let minted: Mutex<std::collections::HashMap<Vec<String>, String>> = Mutex::default();
+        Arc::new(move |repositories: &[&str]| {
+            let key: Vec<String> = repositories.iter().map(|r| r.to_string()).collect();
+            let mut minted = minted.lock().unwrap_or_else(|p| p.into_inner());
+            minted
+                .entry(key)
+                .or_insert_with(|| state.push_authorization(repositories))
+                .clone()
+        })
+    }
+
+    /// The registry process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Tokens the token server issued so far.
@@ -360,6 +382,25 @@ impl TokenRegistry {
     }
 }
 
+impl ServerState {
+    fn push_authorization(&self, repositories: &[&str]) -> String {
+        let access: Vec<Access> = repositories
+            .iter()
+            .map(|r| Access {
+                kind: "repository".into(),
+                name: r.to_string(),
+                actions: vec!["pull".into(), "push".into()],
+            })
+            .collect();
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let claims = claims("bench-pusher", &access, now(), Duration::from_secs(600), id);
+        let token = self.signer.sign(&claims).expect("token signing");
+        format!("Bearer {token}")
+    }
+}
+
 impl Drop for TokenRegistry {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -372,6 +413,7 @@ fn now() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// `GET /token?service=…&scope=…&scope=…` with Basic credentials (the token spec).
 async fn issue(
     axum::extract::State(state): axum::extract::State<Arc<ServerState>>,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
@@ -383,46 +425,123 @@ async fn issue(
         .and_then(|v| v.to_str().ok())
         == Some(state.basic.as_str());
     if !authorized {
-        state
-            .counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .refused += 1;
-        return (axum::http::StatusCode::UNAUTHORIZED, "bad credentials").into_response();
+        return refuse(&state);
     }
     let query = query.unwrap_or_default();
-    let scopes: Vec<String> = reqwest::Url::parse(&format!("http://token/?{query}"))
-        .map(|u| {
-            u.query_pairs()
-                .filter(|(k, _)| k == "scope")
-                .map(|(_, v)| v.into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let scopes: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "scope")
+        .map(|(_, v)| v.into_owned())
+        .collect();
+    match grant(&state, &scopes) {
+        Ok(token) => axum::Json(serde_json::json!({
+            "token": token,
+            "expires_in": state.lifetime.as_secs(),
+            "issued_at": jiff::Timestamp::now().to_string(),
+        }))
+        .into_response(),
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+/// `POST /token` with an `application/x-www-form-urlencoded` body (distribution's "OAuth2
+/// Token Authentication"): `grant_type=password` with `username` and `password`, `service`
+/// and `client_id` required, `scope` space-separated. Answers `access_token`, the granted
+/// `scope`, `expires_in` and `issued_at`; refresh tokens are not issued, so
+/// `grant_type=refresh_token` is refused as `invalid_grant`.
+async fn issue_form(
+    axum::extract::State(state): axum::extract::State<Arc<ServerState>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let oauth_error = |status: axum::http::StatusCode, error: &str| {
+        (status, axum::Json(serde_json::json!({ "error": error }))).into_response()
+    };
+    let form_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    if !form_type {
+        return oauth_error(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request",
+        );
+    }
+    let field = |name: &str| {
+        form_urlencoded::parse(&body)
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    if field("service").as_deref() != Some(SERVICE)
+        || field("client_id").is_none_or(|id| id.is_empty())
+    {
+        return oauth_error(axum::http::StatusCode::BAD_REQUEST, "invalid_request");
+    }
+    match field("grant_type").as_deref() {
+        Some("password") => {}
+        Some("refresh_token") => {
+            return oauth_error(axum::http::StatusCode::BAD_REQUEST, "invalid_grant");
+        }
+        _ => {
+            return oauth_error(
+                axum::http::StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+            );
+        }
+    }
+    let credentials = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            field("username").unwrap_or_default(),
+            field("password").unwrap_or_default()
+        ))
+    );
+    if credentials != state.basic {
+        return refuse(&state);
+    }
+    let scopes: Vec<String> = field("scope")
+        .unwrap_or_default()
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    match grant(&state, &scopes) {
+        Ok(token) => axum::Json(serde_json::json!({
+            "access_token": token,
+            "scope": scopes.join(" "),
+            "expires_in": state.lifetime.as_secs(),
+            "issued_at": jiff::Timestamp::now().to_string(),
+        }))
+        .into_response(),
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+fn refuse(state: &ServerState) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    state
+        .counts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .refused += 1;
+    (axum::http::StatusCode::UNAUTHORIZED, "bad credentials").into_response()
+}
+
+/// Signs a token granting `scopes` and counts it.
+fn grant(state: &ServerState, scopes: &[String]) -> Result<String, String> {
     let access: Vec<Access> = scopes.iter().filter_map(|s| parse_scope(s)).collect();
     let id = state
         .next_id
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let token = match state
+    let token = state
         .signer
         .sign(&claims("bench", &access, now(), state.lifetime, id))
-    {
-        Ok(t) => t,
-        Err(e) => {
-            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
-        }
-    };
-    {
-        let mut counts = state.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.issued += 1;
-        *counts.by_scope.entry(scopes.join(" ")).or_default() += 1;
-    }
-    axum::Json(serde_json::json!({
-        "token": token,
-        "expires_in": state.lifetime.as_secs(),
-        "issued_at": jiff::Timestamp::now().to_string(),
-    }))
-    .into_response()
+        .map_err(|e| e.to_string())?;
+    let mut counts = state.counts.lock().unwrap_or_else(|p| p.into_inner());
+    counts.issued += 1;
+    *counts.by_scope.entry(scopes.join(" ")).or_default() += 1;
+    Ok(token)
 }
 
 #[cfg(test)]

@@ -16,13 +16,11 @@ use std::{
 
 use futures::future::join_all;
 use imagewatch::{
-    controller::{
-        ReconcileError,
-        writer::{GitWriter, WriteRequest, WriterOptions},
-    },
+    controllers::ReconcileError,
     git::{Author, GitAuth, GitError, WritePoint},
     manifests::{ImageChange, TargetSpec, WorkloadTarget},
     telemetry::Metrics,
+    writer::{GitWriter, WriteRequest, WriterOptions},
 };
 use imagewatch_e2e::{GitServer, Ground, ground::random_suffix};
 
@@ -100,7 +98,7 @@ fn request(url: &str, auth: &GitAuth, i: usize, tag: &str) -> WriteRequest {
 fn writer(
     cache: &Path,
     window: Duration,
-    hook: Option<imagewatch::controller::writer::WriteHook>,
+    hook: Option<imagewatch::writer::WriteHook>,
 ) -> GitWriter {
     let mut options = WriterOptions::new(Author {
         name: "imagewatch".into(),
@@ -199,7 +197,7 @@ async fn a_push_racing_ours_over_http_is_kept() -> anyhow::Result<()> {
             run(&["-C", "w", "commit", "--quiet", "-m", "notes"]);
             run(&["-C", "w", "push", "--quiet", "origin", "main"]);
             *theirs.lock().expect("lock") = run(&["-C", "w", "rev-parse", "HEAD"]);
-        }) as imagewatch::controller::writer::WriteHook
+        }) as imagewatch::writer::WriteHook
     };
     let cache = tempfile::tempdir()?;
     let writer = writer(cache.path(), Duration::from_millis(500), Some(hook));

@@ -409,6 +409,15 @@ spec:
     let pr = st.pull_request.clone().expect("status.pullRequest");
     assert_eq!(pr.number, 1);
     assert_eq!(pr.branch, branch);
+    // The watch and the policy share the repository (and its Secret): one clone, the git
+    // writer's, holds what both wrote.
+    let clones: Vec<String> = std::fs::read_dir(s.operator.cache_dir.join("git"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(clones.len(), 1, "{clones:?}");
+    assert!(!s.operator.cache_dir.join("promotion-git").exists());
     assert_eq!(
         condition(&p, conditions::PULL_REQUEST_OPEN).map(|c| c.2),
         Some(pr.url.clone())

@@ -241,7 +241,7 @@ fn watch_targets(
     spec: &imagewatch_crd::ImageWatchSpec,
     manifests: &Path,
 ) -> anyhow::Result<Vec<(String, String, imagewatch_crd::Target)>> {
-    use imagewatch::controller::members;
+    use imagewatch::controllers::imagewatch::members;
     let Some(pattern) =
         members::parse_pattern_image(&spec.image).map_err(|e| anyhow::anyhow!("{what}: {e}"))?
     else {
@@ -574,7 +574,7 @@ fn the_ecr_sample_routes_pushes_from_eventbridge_to_sqs() -> anyhow::Result<()> 
         1,
         "only the successful push is delivered: {bodies:?}"
     );
-    let event = imagewatch::triggers::eventbridge::parse_message(&bodies[0], Some("123456789012"))
+    let event = imagewatch::sources::eventbridge::parse_message(&bodies[0], Some("123456789012"))
         .map_err(|e| anyhow::anyhow!("the operator cannot read the delivered event: {e}"))?
         .context("the operator ignores the delivered event")?;
     assert_eq!(event.tag.as_deref(), Some("abc1234"));

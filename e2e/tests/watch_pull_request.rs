@@ -312,7 +312,7 @@ async fn auto_merge_merges_once_the_required_status_passes() -> anyhow::Result<(
 #[tokio::test]
 async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() -> anyhow::Result<()>
 {
-    let hook = imagewatch::controller::watch_pr::CRASH_AFTER_PULL_REQUEST;
+    let hook = imagewatch::controllers::imagewatch::pull_request::CRASH_AFTER_PULL_REQUEST;
     let mut s = Scenario::start_with_env("wprcrash", &[], &[(hook, "1")]).await?;
     let mut gitea = Gitea::start().await?;
     gitea.serve_git_over_https(s.ground)?;

@@ -22,6 +22,7 @@
 //! | `IMAGEWATCH_BENCH_SEED000` | `27` | pushes (repositories, pull requests) of `seed000` |
 //! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default (100/s, burst 200) |
 //! | `IMAGEWATCH_BENCH_PUSH_CONCURRENCY` | `32` | manifest `PUT`s in flight |
+//! | `IMAGEWATCH_BENCH_PUSH_AUTH` | `token` | push scenarios' registry authentication: `token` (bearer tokens from a token server in the driver) or `basic` (htpasswd, bcrypt, on every request) |
 //! | `IMAGEWATCH_BENCH_WATCHES` | `50000` | ImageWatches of the steady-state scenario |
 //! | `IMAGEWATCH_BENCH_REPOS` | `5000` | image repositories they follow |
 //! | `IMAGEWATCH_BENCH_GIT_REPOS` | `50` | manifests repositories they write |
@@ -54,15 +55,24 @@ async fn main() -> anyhow::Result<()> {
     }
     if scenarios.split(',').any(|s| s.trim() == "pushes") {
         let concurrency = env_usize("IMAGEWATCH_BENCH_PUSH_CONCURRENCY", 32);
+        let auth = pushes::PushAuth::parse(
+            &std::env::var("IMAGEWATCH_BENCH_PUSH_AUTH").unwrap_or_default(),
+        )
+        .map_err(|e| anyhow::anyhow!("IMAGEWATCH_BENCH_PUSH_AUTH: {e}"))?;
         let plans = PushPlan::parse_list(
             &std::env::var("IMAGEWATCH_BENCH_PUSHES").unwrap_or_else(|_| "1,27,1000".into()),
             concurrency,
+            auth,
         )
         .map_err(|e| anyhow::anyhow!("IMAGEWATCH_BENCH_PUSHES: {e}"))?;
         for plan in plans {
             eprintln!(
-                "bench: {} simultaneous pushes across {} repositories (registry rate {:?}) …",
-                plan.pushes, plan.repositories, plan.registry_rate
+                "bench: {} simultaneous pushes across {} repositories (registry rate {:?}, {} \
+                 authentication) …",
+                plan.pushes,
+                plan.repositories,
+                plan.registry_rate,
+                plan.auth.name()
             );
             let rows = match pushes::run(plan).await {
                 Ok(result) => push_checks(&result),
@@ -81,7 +91,7 @@ async fn main() -> anyhow::Result<()> {
     if scenarios.split(',').any(|s| s.trim() == "watches") {
         let interval_text =
             std::env::var("IMAGEWATCH_BENCH_INTERVAL").unwrap_or_else(|_| "5m".into());
-        let interval = imagewatch::controller::parse_duration(&interval_text)
+        let interval = imagewatch::controllers::parse_duration(&interval_text)
             .ok_or_else(|| anyhow::anyhow!("IMAGEWATCH_BENCH_INTERVAL {interval_text:?}"))?;
         let plan = WatchPlan {
             watches: env_usize("IMAGEWATCH_BENCH_WATCHES", 50_000),
@@ -210,13 +220,23 @@ fn push_checks(r: &PushResult) -> Vec<Check> {
         checks.push(Check::info(
             format!("{name}: throughput; all pushes sent after; commits"),
             format!(
-                "{:.0} pushes/s; {}; {} commits in {} git repositor{}",
+                "{:.0} pushes/s; {} (the setup pushes, no watch yet: {}); {} commits in {} git \
+                 repositor{}",
                 (p.pushes - r.missing) as f64 / r.all_in.as_secs_f64().max(1e-9),
                 secs(r.push_phase),
+                secs(r.idle_push_phase),
                 r.commits,
                 p.git_repos,
                 if p.git_repos == 1 { "y" } else { "ies" }
             ),
+        ));
+        checks.push(Check::info(
+            format!("{name}: CPU seconds until all committed"),
+            r.cpu
+                .iter()
+                .map(|(process, seconds)| format!("{process} {seconds:.2}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
     checks.push(Check::info(

@@ -22,14 +22,16 @@ use imagewatch_e2e::{
         Latencies, ProcessSample, RegistryRequests, count_registry_requests, metric_sum,
         parse_push_sizes,
     },
-    ground::{dockerconfigjson, random_suffix},
+    ground::random_suffix,
     oci_push::{BaseImage, ImagePusher},
     operator::free_port,
     setup::create_secret,
+    token_registry::TokenRegistry,
 };
 
 use crate::common::{
-    Setup, applied_tag, deployment, file_len, manifest_path, read_range, up_to_date, watch_object,
+    Setup, applied_tag, clock_ticks, deployment, file_len, manifest_path, read_range, up_to_date,
+    watch_object,
 };
 
 /// One push scenario's size.
@@ -46,27 +48,35 @@ pub struct PushPlan {
     /// Requests per second the operator allows itself per registry (`--registries-config`);
     /// `None` keeps the operator's default.
     pub registry_rate: Option<u32>,
+    /// How the registry authenticates.
+    pub auth: PushAuth,
 }
 
 impl PushPlan {
     /// The plan for `pushes`: one repository per push up to 100 repositories (so 1,000 pushes
     /// land 10 to a repository), one manifests repository per 250 watches.
-    pub fn for_pushes(pushes: usize, concurrency: usize, registry_rate: Option<u32>) -> Self {
+    pub fn for_pushes(
+        pushes: usize,
+        concurrency: usize,
+        registry_rate: Option<u32>,
+        auth: PushAuth,
+    ) -> Self {
         Self {
             pushes,
             repositories: pushes.clamp(1, 100),
             git_repos: pushes.div_ceil(250).max(1),
             concurrency,
             registry_rate,
+            auth,
         }
     }
 
     /// The plans of a size list such as `1,27,1000,1000@500` (see
     /// [`parse_push_sizes`]).
-    pub fn parse_list(text: &str, concurrency: usize) -> Result<Vec<Self>, String> {
+    pub fn parse_list(text: &str, concurrency: usize, auth: PushAuth) -> Result<Vec<Self>, String> {
         Ok(parse_push_sizes(text)?
             .into_iter()
-            .map(|(n, rate)| Self::for_pushes(n, concurrency, rate))
+            .map(|(n, rate)| Self::for_pushes(n, concurrency, rate, auth))
             .collect())
     }
 }
@@ -83,12 +93,119 @@ pub struct PushResult {
     pub all_in: Duration,
     /// From the first `PUT` sent to the last one answered.
     pub push_phase: Duration,
+    /// The same for the setup pushes (the current tags, before any watch exists: the
+    /// operator only receives their events and ignores them).
+    pub idle_push_phase: Duration,
+    /// CPU seconds of each process of the path from the first push until all were committed
+    /// (the driver itself, the registry, the operator, the API server, etcd, the git server
+    /// with its `git http-backend` children).
+    pub cpu: Vec<(&'static str, f64)>,
     /// Commits the operator made.
     pub commits: usize,
     /// Operator peak RSS, KiB.
     pub peak_rss_kib: u64,
     /// The operator's registry requests from the first push until every tag was committed.
     pub requests: RegistryRequests,
+}
+
+/// How the driver and the operator authenticate to the scenario's registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushAuth {
+    /// Docker token authentication: the registry trusts bearer tokens (ES256 JWTs) from a
+    /// token server in the driver, as hosted registries do for CI pushes; the driver pushes
+    /// with one token per repository, the operator fetches its own with Basic credentials.
+    Token,
+    /// HTTP Basic on every request, checked against an htpasswd file (bcrypt) by the
+    /// registry (`registry.sh`).
+    Basic,
+}
+
+impl PushAuth {
+    /// `token` or `basic` (`IMAGEWATCH_BENCH_PUSH_AUTH`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "" | "token" => Ok(Self::Token),
+            "basic" => Ok(Self::Basic),
+            other => Err(format!("{other:?}: expected token or basic")),
+        }
+    }
+
+    /// The name the report uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Token => "token",
+            Self::Basic => "basic",
+        }
+    }
+}
+
+/// The scenario's registry (CNCF distribution), notifying the operator's webhook.
+enum PushRegistry {
+    Token(TokenRegistry),
+    Basic(NotifyingRegistry),
+}
+
+impl PushRegistry {
+    async fn start(auth: PushAuth, notify_url: &str, hook_token: &str) -> anyhow::Result<Self> {
+        Ok(match auth {
+            PushAuth::Token => Self::Token(
+                TokenRegistry::start_notifying(
+                    Duration::from_secs(3600),
+                    Some((notify_url, hook_token)),
+                )
+                .await?,
+            ),
+            PushAuth::Basic => Self::Basic(NotifyingRegistry::start(notify_url, hook_token)?),
+        })
+    }
+
+    fn host(&self) -> String {
+        match self {
+            Self::Token(r) => r.host.clone(),
+            Self::Basic(r) => r.var("IMAGEWATCH_REGISTRY"),
+        }
+    }
+
+    fn token_host(&self) -> Option<String> {
+        match self {
+            Self::Token(r) => Some(r.token_host.clone()),
+            Self::Basic(_) => None,
+        }
+    }
+
+    fn dockerconfigjson(&self) -> String {
+        match self {
+            Self::Token(r) => r.dockerconfigjson(),
+            Self::Basic(r) => r.dockerconfigjson(),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        match self {
+            Self::Token(r) => r.log_path(),
+            Self::Basic(r) => r.log_path(),
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Self::Token(r) => Some(r.pid()),
+            Self::Basic(r) => r.pid(),
+        }
+    }
+
+    /// A pusher: Basic credentials, or a token per set of repositories, minted once (as a
+    /// CI job's `docker push` fetches one and reuses it).
+    fn pusher(&self) -> anyhow::Result<ImagePusher> {
+        match self {
+            Self::Token(r) => ImagePusher::new(&r.host, r.cached_push_authorizer()),
+            Self::Basic(r) => ImagePusher::basic(
+                &r.var("IMAGEWATCH_REGISTRY"),
+                &r.var("IMAGEWATCH_REGISTRY_USER"),
+                &r.var("IMAGEWATCH_REGISTRY_PASSWORD"),
+            ),
+        }
+    }
 }
 
 /// How long pushes may take to reach Git before the scenario gives up on them.
@@ -98,11 +215,9 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     let n = plan.pushes;
     let webhook = format!("127.0.0.1:{}", free_port()?);
     let hook_token = format!("bench-{}", random_suffix());
-    let registry =
-        NotifyingRegistry::start(&format!("http://{webhook}/hooks/distribution"), &hook_token)?;
-    let host = registry.var("IMAGEWATCH_REGISTRY");
-    let user = registry.var("IMAGEWATCH_REGISTRY_USER");
-    let password = registry.var("IMAGEWATCH_REGISTRY_PASSWORD");
+    let notify_url = format!("http://{webhook}/hooks/distribution");
+    let registry = PushRegistry::start(plan.auth, &notify_url, &hook_token).await?;
+    let host = registry.host();
 
     let mut setup = Setup::new("bench").await?;
     let ns = setup.ns.name.clone();
@@ -115,7 +230,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     )
     .await?;
     setup
-        .registry_secret("benchreg", &dockerconfigjson(&host, &user, &password))
+        .registry_secret("benchreg", &registry.dockerconfigjson())
         .await?;
     let settings = tempfile::NamedTempFile::new()?;
     let mut flags = vec![
@@ -128,6 +243,10 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         "--insecure-registry",
         &host,
     ];
+    let token_host = registry.token_host();
+    if let Some(token_host) = &token_host {
+        flags.extend(["--insecure-registry", token_host]);
+    }
     if let Some(rate) = plan.registry_rate {
         std::fs::write(
             settings.path(),
@@ -148,7 +267,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     let repos: Vec<String> = (0..plan.repositories)
         .map(|r| format!("{prefix}/app-{r}"))
         .collect();
-    let pusher = ImagePusher::basic(&host, &user, &password)?;
+    let pusher = registry.pusher()?;
     let base = BaseImage::new(&format!("{prefix}/base"));
     pusher.upload_base(&base).await?;
     futures::stream::iter(&repos)
@@ -166,6 +285,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
             i % plan.git_repos,
         )
     };
+    let idle_started = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
             let (_, repo, stream, _) = watch(i);
@@ -179,6 +299,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .buffer_unordered(plan.concurrency)
         .try_collect::<Vec<_>>()
         .await?;
+    let idle_push_phase = idle_started.elapsed();
 
     // Manifests repositories and watches.
     let mut urls = Vec::new();
@@ -244,6 +365,15 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .collect::<anyhow::Result<_>>()?;
     let deadline = Instant::now() + DEADLINE;
     let probe = tokio::task::spawn_blocking(move || probe(dirs, expected, n, deadline));
+    let processes = [
+        ("driver", Some(std::process::id())),
+        ("registry", registry.pid()),
+        ("operator", operator.pid()),
+        ("kube-apiserver", ground_pid(&setup, "kube-apiserver")),
+        ("etcd", ground_pid(&setup, "etcd")),
+        ("git server", ground_pid(&setup, "git-https")),
+    ];
+    let cpu_before: Vec<Option<u64>> = processes.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let started = Instant::now();
     let pushed: HashMap<usize, Instant> = futures::stream::iter(0..n)
         .map(|i| {
@@ -264,6 +394,15 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .max()
         .map_or(Duration::ZERO, |t| t.duration_since(started));
     let seen = probe.await??;
+    let ticks = clock_ticks() as f64;
+    let cpu = processes
+        .iter()
+        .zip(cpu_before)
+        .filter_map(|((name, pid), before)| {
+            let spent = cpu_ticks(*pid)?.checked_sub(before?)?;
+            Some((*name, spent as f64 / ticks))
+        })
+        .collect();
     let samples: Vec<Duration> = seen
         .iter()
         .map(|(i, at)| at.saturating_duration_since(pushed[i]))
@@ -300,6 +439,11 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .and_then(ProcessSample::read)
         .map_or(0, |s| s.hwm_kib);
     drop(operator);
+    // The registry's log (access log and notification deliveries) outlives its state dir.
+    let kept = setup.ground.state.join("bench-pushes");
+    if std::fs::create_dir_all(&kept).is_ok() {
+        let _ = std::fs::copy(&log, kept.join(format!("{ns}-registry.log")));
+    }
     setup.delete_watches().await;
     Ok(PushResult {
         plan,
@@ -307,10 +451,26 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         missing: n - seen.len(),
         all_in,
         push_phase,
+        idle_push_phase,
+        cpu,
         commits,
         peak_rss_kib,
         requests,
     })
+}
+
+/// The process id of a part of the test ground (`$IMAGEWATCH_E2E_STATE/pids/NAME.pid`).
+fn ground_pid(setup: &Setup, name: &str) -> Option<u32> {
+    std::fs::read_to_string(setup.ground.state.join("pids").join(format!("{name}.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// CPU clock ticks a process (and its reaped children) used so far.
+fn cpu_ticks(pid: Option<u32>) -> Option<u64> {
+    imagewatch_e2e::bench::cpu_ticks(&std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?)
 }
 
 /// Polls the bare repositories' `main` until every expected file (path → sample, text) holds

@@ -1,0 +1,99 @@
+//! Registry-wide tokens against a real CNCF distribution registry with Docker token
+//! authentication (`docker-registry` with the token server of
+//! [`imagewatch_e2e::token_registry`], which signs real JWTs the registry checks): 1,500
+//! repositories announced and listed at once take one token request (the OAuth2 form `POST`)
+//! before the token expires and one after. Needs `docker-registry` and `openssl` on PATH (the
+//! test fails without them); no test ground.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use imagewatch::registry::{
+    Credentials, RegistryClient, RegistryOptions, RegistrySettings, RepositoryRef,
+};
+use imagewatch_e2e::token_registry::TokenRegistry;
+
+/// Their scopes would make a 68 KB token URL, beyond the 64 KiB a `GET` is given: one token
+/// for all of them needs the form.
+const REPOSITORIES: usize = 1500;
+
+/// Lists every repository, 100 at a time; each answers `NAME_UNKNOWN` (nothing is pushed),
+/// which the registry sends only to a token granting the repository (401 otherwise).
+async fn list_all(client: &RegistryClient, repos: &[RepositoryRef], creds: &Credentials) {
+    let outcomes: Vec<_> = futures::stream::iter(repos)
+        .map(|repo| async move { (repo, client.list_tags(repo, creds).await) })
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    for (repo, outcome) in outcomes {
+        match outcome {
+            Err(e) if e.category() == "not_found" => {}
+            other => panic!("{repo}: expected NAME_UNKNOWN behind the token, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_hundred_repositories_take_one_form_token_request_per_expiry() -> anyhow::Result<()>
+{
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Long enough for two rounds of listings on a busy machine (the token is handed out for
+    // its lifetime less a fifth, at most 30 s).
+    let lifetime = Duration::from_secs(45);
+    let registry = TokenRegistry::start(lifetime).await?;
+    let settings = |insecure| RegistrySettings {
+        insecure,
+        rate_per_second: Some(10_000.0),
+        burst: Some(10_000),
+        ..RegistrySettings::default()
+    };
+    let client = RegistryClient::with_registries(
+        RegistryOptions::default(),
+        HashMap::from([
+            (registry.host.clone(), settings(true)),
+            (registry.token_host.clone(), settings(true)),
+        ]),
+    )?;
+    let creds = Credentials::basic(&registry.user, &registry.password);
+    let paths: Vec<String> = (0..REPOSITORIES)
+        .map(|i| format!("tokens/app-{i:04}"))
+        .collect();
+    let repos = paths
+        .iter()
+        .map(|p| RepositoryRef::parse(&format!("{}/{p}", registry.host)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // As the controller does before its first scans.
+    client.expect_repositories(&registry.host, &creds, paths.iter().map(String::as_str));
+
+    let started = Instant::now();
+    list_all(&client, &repos, &creds).await;
+    let first = registry.token_counts();
+    eprintln!(
+        "{REPOSITORIES} repositories: {} token request(s) in {:.1} s",
+        first.issued,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        first.issued,
+        1,
+        "{:?}",
+        first.by_scope.keys().map(|k| k.len()).collect::<Vec<_>>()
+    );
+    assert_eq!(first.refused, 0);
+    assert_eq!(first.per_scope().len(), REPOSITORIES);
+    assert_eq!(client.token_fetches(), 1);
+
+    // A second round inside the token's lifetime needs none.
+    list_all(&client, &repos, &creds).await;
+    assert_eq!(registry.token_counts().issued, 1);
+
+    // After the lifetime, one request renews the token for all of them.
+    tokio::time::sleep_until((started + lifetime).into()).await;
+    list_all(&client, &repos, &creds).await;
+    let after = registry.token_counts().since(&first);
+    assert_eq!(after.issued, 1);
+    assert_eq!(after.per_scope().len(), REPOSITORIES);
+    assert_eq!(client.token_fetches(), 2);
+    Ok(())
+}
