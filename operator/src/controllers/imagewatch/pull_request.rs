@@ -287,24 +287,42 @@ async fn lock(forge: &ForgeClient, head: &str) -> tokio::sync::OwnedMutexGuard<(
 }
 
 /// `branch` already holds the tag: close the open pull request of `head`, if any.
+///
+/// `recorded` is the number of the pull request the status still records as open. When none
+/// is open any more, the forge is asked how that one ended (closed by us in a reconcile
+/// whose status was not written yet, closed by a person, or merged), so the status says
+/// what happened rather than guessing.
 pub async fn close_open(
     forge: &ForgeClient,
     head: &str,
     base: &str,
     tag: &str,
+    recorded: Option<i64>,
 ) -> Result<Delivered, ReconcileError> {
     let _serial = lock(forge, head).await;
     let open = forge.find_open(head, base).await?;
     if let Some(pr) = &open {
         forge.close(pr).await?;
     }
+    let ended = match (&open, recorded) {
+        (None, Some(number)) => match forge.get(number).await {
+            Ok(pr) if pr.state != crate::forge::PullRequestState::Open => Some(pr),
+            Ok(_) => None,
+            // Deleted (or unreadable): the status keeps its own account.
+            Err(e) => {
+                tracing::debug!(number, error = %e, "cannot read the recorded pull request");
+                None
+            }
+        },
+        _ => None,
+    };
     Ok(Delivered {
         action: if open.is_some() {
             PrAction::Closed
         } else {
             PrAction::NotNeeded
         },
-        pull_request: open,
+        pull_request: open.or(ended),
         tag: tag.to_string(),
         branch: head.to_string(),
         warnings: Vec::new(),
@@ -638,6 +656,17 @@ mod tests {
         };
         let after = status_of(&closed, Some(&record)).unwrap();
         assert_eq!(after.state, "closed");
+        assert!(!wants_finalizer(Some(&after)));
+
+        // Nothing open any more, and the forge says how the recorded one ended (closed by
+        // an earlier reconcile whose status was overwritten, or by a person).
+        let ended = Delivered {
+            pull_request: Some(pr(4, PullRequestState::Closed)),
+            action: PrAction::NotNeeded,
+            ..opened.clone()
+        };
+        let after = status_of(&ended, Some(&record)).unwrap();
+        assert_eq!((after.number, after.state.as_str()), (4, "closed"));
         assert!(!wants_finalizer(Some(&after)));
 
         let gone = Delivered {

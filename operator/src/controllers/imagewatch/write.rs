@@ -190,7 +190,20 @@ async fn pull_request_step(
     ctx: &WriteContext<'_>,
 ) -> Result<pull_request::Delivered, ReconcileError> {
     let result = if !step.wanted {
-        pull_request::close_open(forge, step.head, &step.vars.branch, &step.vars.tag).await
+        let recorded = watch
+            .status
+            .as_ref()
+            .and_then(|s| s.pull_request.as_ref())
+            .filter(|p| p.state == "open" && p.branch == step.head)
+            .map(|p| p.number);
+        pull_request::close_open(
+            forge,
+            step.head,
+            &step.vars.branch,
+            &step.vars.tag,
+            recorded,
+        )
+        .await
     } else {
         if !pull_request::has_finalizer(watch) {
             pull_request::add_finalizer(ctx.client, watch).await?;
