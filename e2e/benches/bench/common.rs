@@ -258,6 +258,20 @@ pub fn watch_object(
     }))?)
 }
 
+/// The process id of a part of the test ground (`$IMAGEWATCH_E2E_STATE/pids/NAME.pid`).
+pub fn ground_pid(setup: &Setup, name: &str) -> Option<u32> {
+    std::fs::read_to_string(setup.ground.state.join("pids").join(format!("{name}.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// CPU clock ticks a process (and its reaped children) used so far.
+pub fn cpu_ticks(pid: Option<u32>) -> Option<u64> {
+    imagewatch_e2e::bench::cpu_ticks(&std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?)
+}
+
 /// `CLK_TCK` (clock ticks per second of `/proc/PID/stat`).
 pub fn clock_ticks() -> u64 {
     std::process::Command::new("getconf")

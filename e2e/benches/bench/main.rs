@@ -294,6 +294,27 @@ fn watch_checks(r: &WatchResult) -> Vec<Check> {
         ),
         r.first_sync.as_secs_f64() <= 120.0,
     ));
+    let total: f64 = r.sync_cpu.iter().map(|(_, s)| s).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    checks.push(Check::info(
+        format!("{name}: CPU seconds of the first sync"),
+        format!(
+            "{}; {:.1} in all, {:.1} ms per watch ({:.0} % of {} cores for {})",
+            r.sync_cpu
+                .iter()
+                .map(|(process, seconds)| format!(
+                    "{process} {seconds:.1} ({:.2} ms per watch)",
+                    1000.0 * seconds / p.watches as f64
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            total,
+            1000.0 * total / p.watches as f64,
+            100.0 * total / (r.first_sync.as_secs_f64().max(1e-9) * cores as f64),
+            cores,
+            secs(r.first_sync)
+        ),
+    ));
     checks.push(target(
         format!("{name}: operator peak RSS"),
         "≤ 500 MiB".into(),

@@ -30,8 +30,8 @@ use imagewatch_e2e::{
 };
 
 use crate::common::{
-    Setup, applied_tag, clock_ticks, deployment, file_len, manifest_path, read_range, up_to_date,
-    watch_object,
+    Setup, applied_tag, clock_ticks, cpu_ticks, deployment, file_len, ground_pid, manifest_path,
+    read_range, up_to_date, watch_object,
 };
 
 /// One push scenario's size.
@@ -457,20 +457,6 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         peak_rss_kib,
         requests,
     })
-}
-
-/// The process id of a part of the test ground (`$IMAGEWATCH_E2E_STATE/pids/NAME.pid`).
-fn ground_pid(setup: &Setup, name: &str) -> Option<u32> {
-    std::fs::read_to_string(setup.ground.state.join("pids").join(format!("{name}.pid")))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-/// CPU clock ticks a process (and its reaped children) used so far.
-fn cpu_ticks(pid: Option<u32>) -> Option<u64> {
-    imagewatch_e2e::bench::cpu_ticks(&std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?)
 }
 
 /// Polls the bare repositories' `main` until every expected file (path → sample, text) holds

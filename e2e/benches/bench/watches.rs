@@ -32,7 +32,8 @@ use imagewatch_e2e::{
 };
 
 use crate::common::{
-    Setup, clock_ticks, deployment, file_len, manifest_path, read_range, up_to_date, watch_object,
+    Setup, clock_ticks, cpu_ticks, deployment, file_len, ground_pid, manifest_path, read_range,
+    up_to_date, watch_object,
 };
 
 /// One steady-state scenario's size.
@@ -60,6 +61,9 @@ pub struct WatchResult {
     pub first_sync: Duration,
     /// Registry requests during the first sync.
     pub sync_requests: RegistryRequests,
+    /// CPU seconds each process of the path (operator, API server, etcd, this driver, the
+    /// registry) used from the operator's start until every watch was Ready.
+    pub sync_cpu: Vec<(&'static str, f64)>,
     /// Tokens issued during the first sync.
     pub sync_tokens: TokenCounts,
     /// Length of the steady-state window.
@@ -166,6 +170,13 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
 
     let log = registry.log_path();
     let commits_at_start = setup.commit_count()?;
+    let ground = [
+        ("kube-apiserver", ground_pid(&setup, "kube-apiserver")),
+        ("etcd", ground_pid(&setup, "etcd")),
+        ("driver", Some(std::process::id())),
+        ("registry", Some(registry.pid())),
+    ];
+    let ground_before: Vec<Option<u64>> = ground.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let operator_started = Instant::now();
     let mut operator = setup.start_operator(&[
         "--insecure-registry",
@@ -198,6 +209,19 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", operator.log_tail(30)))?;
     let first_sync = operator_started.elapsed();
     eprintln!("bench:   first sync in {:.1} s", first_sync.as_secs_f64());
+    let ticks = clock_ticks() as f64;
+    let mut sync_cpu: Vec<(&'static str, f64)> = Vec::new();
+    if let Some(spent) = cpu_ticks(Some(pid)) {
+        sync_cpu.push(("operator", spent as f64 / ticks));
+    }
+    for ((name, pid), before) in ground.iter().zip(&ground_before) {
+        if let Some(spent) = cpu_ticks(*pid)
+            .zip(*before)
+            .map(|(now, then)| now.saturating_sub(then))
+        {
+            sync_cpu.push((name, spent as f64 / ticks));
+        }
+    }
 
     // The first sync's reconciles (and those its own status writes trigger) die down.
     let mut last = reconciles(&operator).await?;
@@ -288,6 +312,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         create,
         first_sync,
         sync_requests,
+        sync_cpu,
         sync_tokens,
         window: after.at.duration_since(before.at),
         window_cpu_seconds,
