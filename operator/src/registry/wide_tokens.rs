@@ -88,11 +88,54 @@ pub(crate) struct Issuer {
     pub service: Option<String>,
 }
 
+/// A wide token as every request sends it: its text and its `Authorization` value, built
+/// once per token. A token naming thousands of repositories is hundreds of kilobytes; each
+/// request clones a reference to the same bytes instead of copying and checking them again.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedToken {
+    text: Arc<str>,
+    /// `Bearer <token>`, marked sensitive; `None` when that is no valid header value.
+    header: Option<reqwest::header::HeaderValue>,
+}
+
+impl SharedToken {
+    pub(crate) fn new(text: &str) -> Self {
+        let header = reqwest::header::HeaderValue::from_str(&format!("Bearer {text}"))
+            .ok()
+            .map(|mut value| {
+                value.set_sensitive(true);
+                value
+            });
+        Self {
+            text: text.into(),
+            header,
+        }
+    }
+
+    /// The token.
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Its `Authorization` value, when the token is a valid one.
+    pub(crate) fn header(&self) -> Option<&reqwest::header::HeaderValue> {
+        self.header.as_ref()
+    }
+}
+
+impl PartialEq for SharedToken {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for SharedToken {}
+
 /// What [`WideTokens::get_or_fetch`] settled on for one scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WideOutcome {
     /// A fresh token covering the scope, and the number of scopes it was requested for.
-    Token { token: String, scopes: usize },
+    Token { token: SharedToken, scopes: usize },
     /// The scope needs a token of its own ([`TokenCache`]): the registry refused it with a
     /// wide token lately, or takes only one scope per token request.
     OwnToken,
@@ -109,7 +152,7 @@ struct RememberedScope {
 
 #[derive(Debug)]
 struct WideToken {
-    token: String,
+    token: SharedToken,
     usable_until: Instant,
     issuer: Issuer,
     /// The scopes requested for this token.
@@ -229,7 +272,8 @@ impl WideState {
         &mut self,
         issuer: &Issuer,
         scopes: Vec<String>,
-        fetched: &FetchedToken,
+        token: SharedToken,
+        lifetime: Duration,
         requested_at: Instant,
     ) {
         let now = Instant::now();
@@ -238,8 +282,8 @@ impl WideState {
             t.usable_until > now && !(t.issuer == *issuer && t.scopes.is_subset(&scopes))
         });
         self.tokens.push(WideToken {
-            token: fetched.token.clone(),
-            usable_until: usable_until(requested_at, fetched.lifetime),
+            token,
+            usable_until: usable_until(requested_at, lifetime),
             issuer: issuer.clone(),
             scopes,
         });
@@ -400,7 +444,7 @@ impl WideTokens {
             let mut state = entry.state();
             state.touch(scope, now, self.max_remembered);
             if let Some(rejected) = rejected {
-                state.tokens.retain(|t| t.token != rejected);
+                state.tokens.retain(|t| t.token.text() != rejected);
             }
             if self.scope_limit(&key.registry) <= 1 || state.own_token(scope, now) {
                 return Ok(WideOutcome::OwnToken);
@@ -450,11 +494,15 @@ impl WideTokens {
                     Ok(fetched) => {
                         state.finished += 1;
                         let scopes = requested.len();
-                        state.store(issuer, requested, &fetched, requested_at);
-                        Attempt::Done(Ok(WideOutcome::Token {
-                            token: fetched.token,
-                            scopes,
-                        }))
+                        let token = SharedToken::new(&fetched.token);
+                        state.store(
+                            issuer,
+                            requested,
+                            token.clone(),
+                            fetched.lifetime,
+                            requested_at,
+                        );
+                        Attempt::Done(Ok(WideOutcome::Token { token, scopes }))
                     }
                     Err(_) if replans_left > 0 && budget() != planned_budget => {
                         replans_left -= 1;
@@ -501,6 +549,25 @@ impl WideTokens {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_wide_token_is_sent_from_one_header_value_that_requests_share() {
+        let text = "t".repeat(480_000);
+        let token = SharedToken::new(&text);
+        let header = token.header().expect("a valid header value");
+        assert_eq!(header.as_bytes(), format!("Bearer {text}").as_bytes());
+        assert!(header.is_sensitive());
+        // A request's clone points at the same bytes: nothing is copied or checked again.
+        let sent = token.clone();
+        assert_eq!(
+            sent.header().unwrap().as_bytes().as_ptr(),
+            header.as_bytes().as_ptr()
+        );
+        // A token that is no valid header value has none (the request fails with its text).
+        assert!(SharedToken::new("bad\ntoken").header().is_none());
+        assert_eq!(SharedToken::new("bad\ntoken").text(), "bad\ntoken");
+    }
+
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -640,7 +707,7 @@ mod tests {
             assert_eq!(
                 outcome.unwrap(),
                 WideOutcome::Token {
-                    token: "w1".into(),
+                    token: SharedToken::new("w1"),
                     scopes: 300
                 }
             );
@@ -657,7 +724,7 @@ mod tests {
         assert!(
             outcomes
                 .iter()
-                .all(|o| matches!(o, Ok(WideOutcome::Token { token, .. }) if token == "w2"))
+                .all(|o| matches!(o, Ok(WideOutcome::Token { token, .. }) if token.text() == "w2"))
         );
         let requests = server.requests();
         assert_eq!(requests.len(), 2);
@@ -752,7 +819,7 @@ mod tests {
         // Every holder of the revoked w1 reports it; one fetch replaces it for all.
         for outcome in ask_all(&tokens, &server, &scopes, Some("w1")).await {
             assert!(
-                matches!(&outcome, Ok(WideOutcome::Token { token, .. }) if token == "w2"),
+                matches!(&outcome, Ok(WideOutcome::Token { token, .. }) if token.text() == "w2"),
                 "{outcome:?}"
             );
         }

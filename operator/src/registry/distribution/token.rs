@@ -17,7 +17,7 @@ use crate::registry::auth::{
 };
 use crate::registry::error::RegistryError;
 use crate::registry::reference::RepositoryRef;
-use crate::registry::wide_tokens::{Issuer, RequestBudget, WideKey, WideOutcome};
+use crate::registry::wide_tokens::{Issuer, RequestBudget, SharedToken, WideKey, WideOutcome};
 
 /// An `Authorization` value shorter than this fits every server's default header limits, so
 /// a registry's 400 to it is not about its size.
@@ -31,7 +31,7 @@ enum SentAuth {
     Bearer(String),
     /// A registry-wide token, and how many scopes it was requested for.
     Wide {
-        token: String,
+        token: SharedToken,
         scopes: usize,
     },
 }
@@ -42,7 +42,13 @@ impl SentAuth {
     fn header(&self) -> Result<HeaderValue, String> {
         let text = match self {
             SentAuth::Basic(header) => header.clone(),
-            SentAuth::Bearer(token) | SentAuth::Wide { token, .. } => format!("Bearer {token}"),
+            SentAuth::Bearer(token) => format!("Bearer {token}"),
+            SentAuth::Wide { token, .. } => {
+                return token
+                    .header()
+                    .cloned()
+                    .ok_or_else(|| format!("Bearer {}", token.text()));
+            }
         };
         match HeaderValue::from_str(&text) {
             Ok(mut value) => {
@@ -168,7 +174,7 @@ impl RegistryClient {
             if let (Some(SentAuth::Wide { token, scopes }), Some((realm, service))) =
                 (&auth, &issuer)
                 && *scopes > 1
-                && token.len() >= SMALL_AUTHORIZATION
+                && token.text().len() >= SMALL_AUTHORIZATION
                 && shrinks_left > 0
                 && head_too_large(&response)
             {
@@ -176,7 +182,7 @@ impl RegistryClient {
                 tracing::debug!(
                     registry = %repo.registry,
                     scopes,
-                    token_bytes = token.len(),
+                    token_bytes = token.text().len(),
                     "registry refused a registry-wide token as too large; asking for fewer repositories per token"
                 );
                 self.inner
@@ -303,7 +309,7 @@ impl RegistryClient {
                     }
                 };
                 let rejected = match rejected {
-                    Some(SentAuth::Wide { token, .. }) => Some(token.as_str()),
+                    Some(SentAuth::Wide { token, .. }) => Some(token.text()),
                     _ => None,
                 };
                 let outcome = self
