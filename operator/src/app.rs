@@ -195,7 +195,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         shutdown.clone(),
     ));
     // The cache keeps ImageWatches without their managedFields (more than half of each
-    // object, and never read here: status is written by server-side apply).
+    // object, and never read here: status is written whole, as a JSON patch).
     let (reader, writer) = kube::runtime::reflector::store();
     // Events the ImageWatch cache applied (the watch metrics summarize it again after one).
     let watch_changes = Arc::new(std::sync::atomic::AtomicU64::new(0));

