@@ -46,6 +46,7 @@ use crate::{
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let machine = Machine::detect(&imagewatch_e2e::operator::binary());
     let scenarios =
         std::env::var("IMAGEWATCH_BENCH").unwrap_or_else(|_| "peer,pushes,watches,seed000".into());
     let mut checks = Vec::new();
@@ -109,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
             plan.watches, plan.repositories
         );
         let rows = match watches::run(plan).await {
-            Ok(result) => watch_checks(&result),
+            Ok(result) => watch_checks(&result, machine.cores),
             Err(e) => vec![failed(name, &e)],
         };
         eprint!("{}", render_table(&rows));
@@ -134,7 +135,6 @@ async fn main() -> anyhow::Result<()> {
         eprint!("{}", render_table(&rows));
         checks.extend(rows);
     }
-    let machine = Machine::detect(&imagewatch_e2e::operator::binary());
     println!("Measured {} on {machine}.\n", jiff::Zoned::now().date());
     if let Some(report) = peer_report {
         println!("{report}");
@@ -256,7 +256,7 @@ fn push_checks(r: &PushResult) -> Vec<Check> {
 }
 
 /// The rows of the steady-state scenario.
-fn watch_checks(r: &WatchResult) -> Vec<Check> {
+fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
     let p = &r.plan;
     let name = format!(
         "{} watches / {} repositories",
@@ -295,7 +295,7 @@ fn watch_checks(r: &WatchResult) -> Vec<Check> {
         r.first_sync.as_secs_f64() <= 120.0,
     ));
     let total: f64 = r.sync_cpu.iter().map(|(_, s)| s).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores.max(1);
     checks.push(Check::info(
         format!("{name}: CPU seconds of the first sync"),
         format!(

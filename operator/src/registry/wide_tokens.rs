@@ -100,15 +100,9 @@ pub(crate) struct SharedToken {
 
 impl SharedToken {
     pub(crate) fn new(text: &str) -> Self {
-        let header = reqwest::header::HeaderValue::from_str(&format!("Bearer {text}"))
-            .ok()
-            .map(|mut value| {
-                value.set_sensitive(true);
-                value
-            });
         Self {
             text: text.into(),
-            header,
+            header: sensitive_header(&format!("Bearer {text}")),
         }
     }
 
@@ -121,6 +115,14 @@ impl SharedToken {
     pub(crate) fn header(&self) -> Option<&reqwest::header::HeaderValue> {
         self.header.as_ref()
     }
+}
+
+/// `text` as an `Authorization` value marked sensitive (kept out of debug output), or `None`
+/// when it is no valid header value.
+pub(crate) fn sensitive_header(text: &str) -> Option<reqwest::header::HeaderValue> {
+    let mut value = reqwest::header::HeaderValue::from_str(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 impl PartialEq for SharedToken {
@@ -549,25 +551,6 @@ impl WideTokens {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_wide_token_is_sent_from_one_header_value_that_requests_share() {
-        let text = "t".repeat(480_000);
-        let token = SharedToken::new(&text);
-        let header = token.header().expect("a valid header value");
-        assert_eq!(header.as_bytes(), format!("Bearer {text}").as_bytes());
-        assert!(header.is_sensitive());
-        // A request's clone points at the same bytes: nothing is copied or checked again.
-        let sent = token.clone();
-        assert_eq!(
-            sent.header().unwrap().as_bytes().as_ptr(),
-            header.as_bytes().as_ptr()
-        );
-        // A token that is no valid header value has none (the request fails with its text).
-        assert!(SharedToken::new("bad\ntoken").header().is_none());
-        assert_eq!(SharedToken::new("bad\ntoken").text(), "bad\ntoken");
-    }
-
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -864,5 +847,23 @@ mod tests {
         assert!(tokens.needs_own_token(&wide_key(), &pull(5)));
         tokens.lower_scope_limit("r.example", 10);
         assert_eq!(tokens.scope_limit("r.example"), 1);
+    }
+
+    #[test]
+    fn a_wide_token_is_sent_from_one_header_value_that_requests_share() {
+        let text = "t".repeat(480_000);
+        let token = SharedToken::new(&text);
+        let header = token.header().expect("a valid header value");
+        assert_eq!(header.as_bytes(), format!("Bearer {text}").as_bytes());
+        assert!(header.is_sensitive());
+        // A request's clone points at the same bytes: nothing is copied or checked again.
+        let sent = token.clone();
+        assert_eq!(
+            sent.header().unwrap().as_bytes().as_ptr(),
+            header.as_bytes().as_ptr()
+        );
+        // A token that is no valid header value has none (the request fails with its text).
+        assert!(SharedToken::new("bad\ntoken").header().is_none());
+        assert_eq!(SharedToken::new("bad\ntoken").text(), "bad\ntoken");
     }
 }

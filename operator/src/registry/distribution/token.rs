@@ -17,7 +17,9 @@ use crate::registry::auth::{
 };
 use crate::registry::error::RegistryError;
 use crate::registry::reference::RepositoryRef;
-use crate::registry::wide_tokens::{Issuer, RequestBudget, SharedToken, WideKey, WideOutcome};
+use crate::registry::wide_tokens::{
+    Issuer, RequestBudget, SharedToken, WideKey, WideOutcome, sensitive_header,
+};
 
 /// An `Authorization` value shorter than this fits every server's default header limits, so
 /// a registry's 400 to it is not about its size.
@@ -50,13 +52,7 @@ impl SentAuth {
                     .ok_or_else(|| format!("Bearer {}", token.text()));
             }
         };
-        match HeaderValue::from_str(&text) {
-            Ok(mut value) => {
-                value.set_sensitive(true);
-                Ok(value)
-            }
-            Err(_) => Err(text),
-        }
+        sensitive_header(&text).ok_or(text)
     }
 }
 
