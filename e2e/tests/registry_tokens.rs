@@ -1,8 +1,10 @@
 //! Registry-wide tokens against a real CNCF distribution registry with Docker token
 //! authentication (`docker-registry` with the token server of
 //! [`imagewatch_e2e::token_registry`], which signs real JWTs the registry checks): 1,500
-//! repositories announced and listed at once take one token request (the OAuth2 form `POST`)
-//! before the token expires and one after. Needs `docker-registry` and `openssl` on PATH (the
+//! repositories announced and listed at once take one token request per 64 of them at the
+//! default `repositoriesPerToken` (the registry accepts each token), or with
+//! `repositoriesPerToken: 5000` one request (the OAuth2 form `POST`) for all of them; as
+//! many again after the tokens expire. Needs `docker-registry` and `openssl` on PATH (the
 //! test fails without them); no test ground.
 
 use std::collections::HashMap;
@@ -35,8 +37,27 @@ async fn list_all(client: &RegistryClient, repos: &[RepositoryRef], creds: &Cred
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_hundred_repositories_take_one_token_request_per_64_per_expiry()
+-> anyhow::Result<()> {
+    let cap = imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN as usize;
+    tokens_per_expiry(None, REPOSITORIES.div_ceil(cap), cap).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifteen_hundred_repositories_take_one_form_token_request_per_expiry() -> anyhow::Result<()>
 {
+    tokens_per_expiry(Some(5000), 1, REPOSITORIES).await
+}
+
+/// Lists every repository twice within the token lifetime and once after it, with
+/// `repositoriesPerToken` set to `per_token` (the default when `None`): `requests` token
+/// requests per lifetime, each naming at most `most_scopes`, all of them covering every
+/// repository.
+async fn tokens_per_expiry(
+    per_token: Option<u32>,
+    requests: usize,
+    most_scopes: usize,
+) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Long enough for two rounds of listings on a busy machine (the token is handed out for
     // its lifetime less a fifth, at most 30 s).
@@ -46,6 +67,7 @@ async fn fifteen_hundred_repositories_take_one_form_token_request_per_expiry() -
         insecure,
         rate_per_second: Some(10_000.0),
         burst: Some(10_000),
+        repositories_per_token: per_token,
         ..RegistrySettings::default()
     };
     let client = RegistryClient::with_registries(
@@ -70,30 +92,31 @@ async fn fifteen_hundred_repositories_take_one_form_token_request_per_expiry() -
     list_all(&client, &repos, &creds).await;
     let first = registry.token_counts();
     eprintln!(
-        "{REPOSITORIES} repositories: {} token request(s) in {:.1} s",
+        "{REPOSITORIES} repositories, repositoriesPerToken {per_token:?}: {} token request(s) in {:.1} s",
         first.issued,
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(
-        first.issued,
-        1,
-        "{:?}",
-        first.by_scope.keys().map(|k| k.len()).collect::<Vec<_>>()
-    );
+    let sizes: Vec<usize> = first
+        .by_scope
+        .keys()
+        .map(|k| k.split(' ').count())
+        .collect();
+    assert_eq!(first.issued, requests as u64, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= most_scopes), "{sizes:?}");
     assert_eq!(first.refused, 0);
     assert_eq!(first.per_scope().len(), REPOSITORIES);
-    assert_eq!(client.token_fetches(), 1);
+    assert_eq!(client.token_fetches(), requests as u64);
 
-    // A second round inside the token's lifetime needs none.
+    // A second round inside the tokens' lifetime needs none.
     list_all(&client, &repos, &creds).await;
-    assert_eq!(registry.token_counts().issued, 1);
+    assert_eq!(registry.token_counts().issued, requests as u64);
 
-    // After the lifetime, one request renews the token for all of them.
+    // After the lifetime, as many requests renew the tokens for all of them.
     tokio::time::sleep_until((started + lifetime).into()).await;
     list_all(&client, &repos, &creds).await;
     let after = registry.token_counts().since(&first);
-    assert_eq!(after.issued, 1);
+    assert_eq!(after.issued, requests as u64);
     assert_eq!(after.per_scope().len(), REPOSITORIES);
-    assert_eq!(client.token_fetches(), 2);
+    assert_eq!(client.token_fetches(), 2 * requests as u64);
     Ok(())
 }

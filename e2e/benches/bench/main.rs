@@ -354,9 +354,18 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
         ),
         lists <= p.repositories as f64,
     ));
+    // One token request per `repositoriesPerToken` repositories (the operator's default).
+    let token_requests = p
+        .repositories
+        .div_ceil(imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN as usize)
+        as u64;
     checks.push(target(
         format!("{name}: credential (token) fetches per expiry, one registry"),
-        "1".into(),
+        format!(
+            "{} (one per {} repositories)",
+            thousands(token_requests),
+            imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN
+        ),
         format!(
             "{} in the first token lifetime (naming {} repository scopes, each in at most {} requests; {} refused); {} in the window",
             thousands(r.sync_tokens.issued),
@@ -365,7 +374,9 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
             r.sync_tokens.refused,
             r.window_tokens.issued
         ),
-        r.sync_tokens.issued == 1 && r.window_tokens.issued == 0,
+        r.sync_tokens.issued == token_requests
+            && r.sync_tokens.per_scope().len() == p.repositories
+            && r.window_tokens.issued == 0,
     ));
     checks
 }

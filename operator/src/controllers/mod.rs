@@ -217,8 +217,8 @@ pub struct Announcer<'a> {
 impl Announcer<'_> {
     /// The first time credentials `key` are used for `registry`: announces every repository
     /// of `registry` that a watch reads with them to the registry client, so that its first
-    /// registry-wide token covers them all (one token request at start, not one per group of
-    /// reconciles). Every reconcile of the same credentials and registry waits until the
+    /// registry-wide tokens cover them all (one token request per `repositoriesPerToken`
+    /// repositories at start, not one per group of reconciles). Every reconcile of the same credentials and registry waits until the
     /// announcement is done (at most until the ImageWatch cache is complete, 30 s), so that
     /// none asks for a token before all repositories are known.
     pub async fn expect_repositories(

@@ -70,7 +70,7 @@ pub use reference::{
     DOCKER_HUB_REGISTRY, RepositoryRef, is_docker_hub_host, is_ecr_host, is_valid_digest,
     is_valid_tag,
 };
-pub use settings::{RegistrySettings, parse_registries_config};
+pub use settings::{DEFAULT_REPOSITORIES_PER_TOKEN, RegistrySettings, parse_registries_config};
 pub use source::TagSource;
 
 /// One tag as seen by a tag source (shared with the tag policy, which orders them).

@@ -885,7 +885,7 @@ async fn a_thousand_repositories_share_one_token_request_per_expiry() {
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(5, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
-    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 1000);
     let wanted = pull_scopes(&repos);
 
@@ -921,7 +921,7 @@ async fn a_token_server_refusing_long_requests_gets_fewer_scopes_per_request() {
     state.expires_in.store(300, Ordering::SeqCst);
     state.max_scopes.store(40, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
-    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 300);
 
     list_all(&client, &repos).await;
@@ -1003,7 +1003,7 @@ async fn a_wide_token_too_large_for_the_registry_is_split() {
     state.token_bytes_per_scope.store(100, Ordering::SeqCst);
     state.max_authorization.store(8 * 1024, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
-    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 100);
 
     list_all(&client, &repos).await;
@@ -1017,6 +1017,29 @@ async fn a_wide_token_too_large_for_the_registry_is_split() {
 
     list_all(&client, &repos).await;
     assert_eq!(server.count("/token"), fetches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_the_default_cap_a_token_fits_an_8_kib_header_limit() {
+    let state = Arc::new(ScopedRegistry::default());
+    state.expires_in.store(300, Ordering::SeqCst);
+    state.token_bytes_per_scope.store(100, Ordering::SeqCst);
+    state.max_authorization.store(8 * 1024, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(30));
+    let repos = scoped_repos(&server, "team/app", 100);
+
+    list_all(&client, &repos).await;
+    let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
+    eprintln!(
+        "100 repositories, 8 KiB header limit, default cap: token requests for {sizes:?} scopes"
+    );
+    // Two tokens of 64 (6.4 KB each), none refused by the registry and none asked again.
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n <= 64), "{sizes:?}");
+    assert_eq!(server.count("/token"), 2);
+    list_all(&client, &repos).await;
+    assert_eq!(server.count("/token"), 2);
 }
 
 #[tokio::test]
@@ -1079,12 +1102,61 @@ fn announce(
     client.expect_repositories(&server.host(), creds, repos.iter().map(|r| r.path.as_str()));
 }
 
+/// Settings that let one token name every repository of these tests.
+fn one_token_for_all() -> RegistrySettings {
+    RegistrySettings {
+        repositories_per_token: Some(5000),
+        ..unlimited()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_per_64() {
+    let state = Arc::new(ScopedRegistry::default());
+    // Long enough for two rounds of 5,000 listings on a busy machine (handed out for 48 s).
+    state.expires_in.store(60, Ordering::SeqCst);
+    let server = TestServer::start(scoped_registry(state.clone())).await;
+    let client = client_with(&server, unlimited(), Duration::from_secs(60));
+    let creds = Credentials::basic("u", "p");
+    let repos = scoped_repos(&server, "team/app", 5000);
+    let wanted = pull_scopes(&repos);
+    let cap = crate::registry::settings::DEFAULT_REPOSITORIES_PER_TOKEN as usize;
+    let chunks = repos.len().div_ceil(cap);
+    announce(&client, &server, &creds, &repos);
+
+    list_all_with(&client, &repos, &creds, 200).await;
+    let answered = state.answered();
+    eprintln!(
+        "5000 repositories listed 200 at a time: {} token request(s)",
+        answered.len()
+    );
+    assert_eq!(answered.len(), chunks);
+    assert_eq!(client.token_fetches(), chunks as u64);
+    assert!(answered.iter().all(|a| a.len() <= cap));
+    let covered: HashSet<String> = answered.iter().flatten().cloned().collect();
+    assert_eq!(covered, wanted);
+
+    // A second round within the lifetime asks for nothing; after it, each chunk is renewed
+    // once.
+    list_all_with(&client, &repos, &creds, 200).await;
+    assert_eq!(state.answered().len(), chunks);
+    let deadline = client
+        .wide_token_usable_until(&server.host(), &creds)
+        .unwrap();
+    tokio::time::sleep_until(deadline.into()).await;
+    list_all_with(&client, &repos, &creds, 200).await;
+    let answered = state.answered();
+    assert_eq!(answered.len(), 2 * chunks);
+    let renewed: HashSet<String> = answered[chunks..].iter().flatten().cloned().collect();
+    assert_eq!(renewed, wanted);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(20, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
-    let client = client_with(&server, unlimited(), Duration::from_secs(60));
+    let client = client_with(&server, one_token_for_all(), Duration::from_secs(60));
     let creds = Credentials::basic("u", "p");
     let repos = scoped_repos(&server, "team/app", 5000);
     let wanted = pull_scopes(&repos);
@@ -1125,7 +1197,7 @@ async fn get_only_token_server(status: u16) {
     state.expires_in.store(300, Ordering::SeqCst);
     state.form_status.store(status, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
-    let client = client_with(&server, unlimited(), Duration::from_secs(60));
+    let client = client_with(&server, one_token_for_all(), Duration::from_secs(60));
     let creds = Credentials::basic("u", "p");
     let repos = scoped_repos(&server, "team/app", 2000);
     announce(&client, &server, &creds, &repos);

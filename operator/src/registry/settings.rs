@@ -1,5 +1,6 @@
-//! Scan step, per-registry settings: plain HTTP, an extra CA, request rate and the budget of
-//! created-time lookups, read from a JSON or YAML document (a mounted ConfigMap file).
+//! Scan step, per-registry settings: plain HTTP, an extra CA, request rate, the budget of
+//! created-time lookups and the repositories per shared bearer token, read from a JSON or
+//! YAML document (a mounted ConfigMap file).
 //!
 //! # Format
 //!
@@ -13,6 +14,7 @@
 //!     ratePerSecond: 100     # steady requests per second per host (default 100; Docker Hub 10)
 //!     burst: 200             # requests allowed at once before the rate applies (default 200; Docker Hub 20)
 //!     metadataBudget: 50     # created-time lookups per repository per scan (default 50)
+//!     repositoriesPerToken: 64  # repositories one shared bearer token names (default 64)
 //!   "registry.internal:5000":
 //!     insecure: true         # plain HTTP instead of HTTPS
 //!   harbor.example.com:
@@ -29,10 +31,10 @@
 //!
 //! The same in JSON: `{"registries": {"harbor.example.com": {"caPem": "-----BEGIN…",
 //! "ratePerSecond": 5}}}`. Field names may also be written in snake_case (`rate_per_second`,
-//! `ca_pem`, `metadata_budget`). Unknown fields are errors, so a typo does not silently
-//! leave a registry unthrottled. Host names are compared case-insensitively; a scheme or a
-//! trailing `/` is ignored; `docker.io`, `index.docker.io` and `registry-1.docker.io` all
-//! mean Docker Hub.
+//! `ca_pem`, `metadata_budget`, `repositories_per_token`). Unknown fields are errors, so a
+//! typo does not silently leave a registry unthrottled. Host names are compared
+//! case-insensitively; a scheme or a trailing `/` is ignored; `docker.io`, `index.docker.io`
+//! and `registry-1.docker.io` all mean Docker Hub.
 
 use std::collections::HashMap;
 
@@ -51,6 +53,18 @@ pub const DEFAULT_METADATA_BUDGET: u32 = 50;
 /// The same for Docker Hub, where reading a manifest counts as a pull against Hub's rate
 /// limit (100 per 6 hours for anonymous users).
 pub const DEFAULT_DOCKER_HUB_METADATA_BUDGET: u32 = 10;
+
+/// Repositories one registry-wide bearer token names when the settings do not say (see
+/// [`super::wide_tokens`]). Every request to the registry carries its token, and a token's
+/// `access` claim lists each repository it grants (about 100 bytes each in a JWT), so this
+/// bounds the `Authorization` header at about 6–7 KB: within the 8 KiB a header line gets
+/// from nginx by default (`large_client_header_buffers`), the front of many registries. A
+/// token naming 5,000 repositories is about 480 KB, sent and checked with every request.
+/// 5,000 repositories then take 79 token requests per token lifetime instead of 1.
+pub const DEFAULT_REPOSITORIES_PER_TOKEN: u32 = 64;
+
+/// Highest accepted `repositoriesPerToken`: the scopes remembered per registry and identity.
+const MAX_REPOSITORIES_PER_TOKEN: u32 = super::wide_tokens::MAX_REMEMBERED_SCOPES as u32;
 
 /// Highest accepted `ratePerSecond`; more is certainly a typo.
 const MAX_RATE_PER_SECOND: f64 = 10_000.0;
@@ -76,6 +90,10 @@ pub struct RegistrySettings {
     /// `0` turns lookups off for the host (tags then have no time for `Newest`).
     #[serde(default, alias = "metadata_budget")]
     pub metadata_budget: Option<u32>,
+    /// Repositories one registry-wide bearer token is asked for; default
+    /// [`DEFAULT_REPOSITORIES_PER_TOKEN`]. `1` gives every repository a token of its own.
+    #[serde(default, alias = "repositories_per_token")]
+    pub repositories_per_token: Option<u32>,
 }
 
 /// The effective limits of one host: its settings over the `*` defaults over built-ins.
@@ -84,6 +102,7 @@ pub(crate) struct Limits {
     pub rate_per_second: f64,
     pub burst: u32,
     pub metadata_budget: u32,
+    pub repositories_per_token: u32,
 }
 
 #[derive(serde::Deserialize)]
@@ -153,6 +172,13 @@ fn validate_settings(host: &str, settings: &RegistrySettings) -> Result<(), Stri
     }
     if settings.burst == Some(0) {
         return Err(format!("{host}: burst must be at least 1"));
+    }
+    if let Some(n) = settings.repositories_per_token
+        && !(1..=MAX_REPOSITORIES_PER_TOKEN).contains(&n)
+    {
+        return Err(format!(
+            "{host}: repositoriesPerToken must be from 1 to {MAX_REPOSITORIES_PER_TOKEN}, not {n}"
+        ));
     }
     if let Some(pem) = &settings.ca_pem {
         parse_ca_pem(pem).map_err(|e| format!("{host}: caPem: {e}"))?;
@@ -246,6 +272,8 @@ pub(crate) fn limits_for(registries: &HashMap<String, RegistrySettings>, host: &
                 DEFAULT_METADATA_BUDGET
             },
         ),
+        repositories_per_token: pick_u32(|s| s.repositories_per_token)
+            .unwrap_or(DEFAULT_REPOSITORIES_PER_TOKEN),
     }
 }
 
@@ -271,6 +299,7 @@ registries:
   https://harbor.example.com/:
     rate_per_second: 2.5
     burst: 3
+    repositoriesPerToken: 500
   docker.io:
     metadataBudget: 0
 "#;
@@ -284,6 +313,11 @@ registries:
         assert_eq!(
             (l.rate_per_second, l.burst, l.metadata_budget),
             (2.5, 3, 10)
+        );
+        assert_eq!(l.repositories_per_token, 500);
+        assert_eq!(
+            limits_for(&parsed, "elsewhere.io").repositories_per_token,
+            DEFAULT_REPOSITORIES_PER_TOKEN
         );
         let l = limits_for(&parsed, "elsewhere.io");
         assert_eq!(
@@ -338,6 +372,14 @@ registries:
                 "ratePerSecond",
             ),
             (r#"{"registries":{"a.io":{"burst":0}}}"#, "burst"),
+            (
+                r#"{"registries":{"a.io":{"repositoriesPerToken":0}}}"#,
+                "repositoriesPerToken must be from 1 to 5000",
+            ),
+            (
+                r#"{"registries":{"*":{"repositoriesPerToken":5001}}}"#,
+                "repositoriesPerToken",
+            ),
             (r#"{"registries":{"a.io/x":{}}}"#, "not a registry host"),
             (r#"{"registries":{"*":{"insecure":true}}}"#, "insecure"),
             (

@@ -8,14 +8,17 @@
 //! therefore goes through `WideTokens`: per registry and credential identity the client
 //! remembers every pull scope it has been asked for (the `MAX_REMEMBERED_SCOPES` most
 //! recently used, each until it has gone unused for `SCOPE_IDLE_LIMIT`), and a token request
-//! asks for all of them at once. A request whose scope is covered by a fresh wide token of
+//! asks for as many of them as the registry's cap allows (`repositoriesPerToken` in the
+//! registry settings, default 64: every request carries its token, whose `access` claim
+//! lists each repository). A request whose scope is covered by a fresh wide token of
 //! the same realm and service uses that token. Otherwise one caller fetches a new wide token
-//! for all remembered scopes while the others wait and then find their scope covered (or
-//! get the fetch's error, if it failed). Callers remember their scope before they wait for
-//! anything (the rate limit, the first challenge, the fetch), so repositories that start
-//! scanning together share one fetch; and since every fetch asks for every remembered
-//! scope, the refresh before expiry is one token request per registry and identity, not one
-//! per repository.
+//! for its scope and the remembered scopes without a fresh token, up to the cap, while the
+//! others wait and then find their scope covered (or get the fetch's error, if it failed).
+//! Callers remember their scope before they wait for anything (the rate limit, the first
+//! challenge, the fetch), so repositories that start scanning together share fetches; and
+//! since every fetch asks for as many remembered scopes as the cap allows, the refresh
+//! before expiry is one token request per cap's worth of repositories (79 for 5,000 at the
+//! default), not one per repository.
 //!
 //! Size limits: a token request stays within a byte budget: its URL for a `GET` (see
 //! `DEFAULT_TOKEN_URL_BUDGET` in [`super::distribution`], about 1,300 typical scopes), its
@@ -25,8 +28,9 @@
 //! for it. A token server that answers 400,
 //! 414 or 431 to a request for several scopes gets half as many per request from then on
 //! (remembered per registry), down to one; a registry that refuses a wide token as a too
-//! large request header (431, or nginx's HTML 400) lowers the same limit. Scopes that do
-//! not fit one request go into further wide tokens, each covering a chunk. At one scope per
+//! large request header (431, or nginx's HTML 400) lowers the same limit. Scopes beyond the
+//! cap, or that do not fit one request, go into further wide tokens, each covering a chunk
+//! (each token request for the chunk whose token runs out first). At one scope per
 //! request the registry is back to one token per repository.
 //!
 //! A token server may grant fewer repositories than asked. When the registry refuses a wide
@@ -45,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use super::auth::{FetchedToken, PRUNE_THRESHOLD, usable_until};
 use super::error::RegistryError;
+use super::settings::host_key;
 
 /// Most pull scopes remembered per registry and identity; beyond it the least recently used
 /// one is forgotten.
@@ -332,17 +337,48 @@ pub(crate) struct WideTokens {
     scope_limits: Mutex<HashMap<String, usize>>,
     url_budget: usize,
     max_remembered: usize,
+    caps: ScopeCaps,
+}
+
+/// Most scopes one token request asks for, per registry host (the registry settings'
+/// `repositoriesPerToken`), before any server refused a request.
+#[derive(Debug, Clone)]
+pub(crate) struct ScopeCaps {
+    /// For hosts not in `hosts`.
+    pub default: usize,
+    /// By host as the settings key it ([`host_key`]).
+    pub hosts: HashMap<String, usize>,
+}
+
+impl ScopeCaps {
+    /// The same cap for every host.
+    #[cfg(test)]
+    pub(crate) fn all(cap: usize) -> Self {
+        ScopeCaps {
+            default: cap,
+            hosts: HashMap::new(),
+        }
+    }
+
+    fn of(&self, registry: &str) -> usize {
+        self.hosts
+            .get(&host_key(registry))
+            .copied()
+            .unwrap_or(self.default)
+            .max(1)
+    }
 }
 
 impl WideTokens {
     /// `url_budget`: most bytes of a token request URL; `max_remembered`: most scopes
-    /// remembered per registry and identity.
-    pub(crate) fn new(url_budget: usize, max_remembered: usize) -> Self {
+    /// remembered per registry and identity; `caps`: most scopes per token request.
+    pub(crate) fn new(url_budget: usize, max_remembered: usize, caps: ScopeCaps) -> Self {
         WideTokens {
             entries: Mutex::default(),
             scope_limits: Mutex::default(),
             url_budget,
             max_remembered,
+            caps,
         }
     }
 
@@ -379,10 +415,11 @@ impl WideTokens {
         self.url_budget
     }
 
-    /// Most scopes per token request for `registry` (unlimited until a server refuses).
+    /// Most scopes per token request for `registry`: its cap, or less once a server refused.
     pub(crate) fn scope_limit(&self, registry: &str) -> usize {
         let limits = self.scope_limits.lock().unwrap_or_else(|e| e.into_inner());
-        limits.get(registry).copied().unwrap_or(usize::MAX)
+        let cap = self.caps.of(registry);
+        limits.get(registry).copied().map_or(cap, |l| l.min(cap))
     }
 
     /// Lowers the scopes per token request for `registry` to `limit` (at least one). Callers
@@ -390,7 +427,8 @@ impl WideTokens {
     /// it further than one halving.
     pub(crate) fn lower_scope_limit(&self, registry: &str, limit: usize) {
         let mut limits = self.scope_limits.lock().unwrap_or_else(|e| e.into_inner());
-        let current = limits.entry(registry.to_string()).or_insert(usize::MAX);
+        let cap = self.caps.of(registry);
+        let current = limits.entry(registry.to_string()).or_insert(cap);
         *current = (*current).min(limit.max(1));
     }
 
@@ -681,7 +719,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_wide_token_for_every_remembered_scope_and_one_per_expiry() {
-        let tokens = Arc::new(WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES));
+        let tokens = Arc::new(WideTokens::new(
+            64 * 1024,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(usize::MAX),
+        ));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(2));
         let scopes: Vec<String> = (0..300).map(pull).collect();
 
@@ -715,8 +757,75 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_token_names_at_most_the_cap_and_each_chunk_is_renewed_once_per_expiry() {
+        let cap = crate::registry::settings::DEFAULT_REPOSITORIES_PER_TOKEN as usize;
+        let tokens = Arc::new(WideTokens::new(
+            64 * 1024,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(cap),
+        ));
+        let server = TokenServer::new(usize::MAX, Duration::from_secs(2));
+        let scopes: Vec<String> = (0..300).map(pull).collect();
+        let chunks = scopes.len().div_ceil(cap);
+
+        for outcome in ask_all(&tokens, &server, &scopes, None).await {
+            assert!(
+                matches!(outcome, Ok(WideOutcome::Token { scopes, .. }) if scopes <= cap),
+                "{outcome:?}"
+            );
+        }
+        // Each request takes up to `cap` scopes that no token covers yet: 5 requests for
+        // 300 (the last one filled up with scopes whose token runs out first).
+        let requests = server.requests();
+        let sizes: Vec<usize> = requests.iter().map(Vec::len).collect();
+        assert_eq!(requests.len(), chunks, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n == cap), "{sizes:?}");
+        let covered: HashSet<&String> = requests.iter().flatten().collect();
+        assert_eq!(covered.len(), scopes.len());
+
+        // Within the tokens' lifetime nothing more is asked.
+        ask_all(&tokens, &server, &scopes, None).await;
+        assert_eq!(server.requests().len(), chunks);
+
+        // Once they are no longer handed out, each chunk is renewed once.
+        let deadline = tokens.usable_until(&wide_key()).unwrap();
+        tokio::time::sleep_until(deadline.into()).await;
+        ask_all(&tokens, &server, &scopes, None).await;
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2 * chunks);
+        let renewed: HashSet<&String> = requests[chunks..].iter().flatten().collect();
+        assert_eq!(renewed.len(), scopes.len());
+    }
+
+    #[test]
+    fn caps_are_per_registry_host_and_refusals_only_lower_them() {
+        let caps = ScopeCaps {
+            default: 64,
+            hosts: HashMap::from([("r.example".to_string(), 10)]),
+        };
+        let tokens = WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES, caps);
+        assert_eq!(tokens.scope_limit("r.example"), 10);
+        assert_eq!(tokens.scope_limit("R.Example"), 10);
+        assert_eq!(tokens.scope_limit("other.example"), 64);
+        // A refusal asking for more than the cap leaves the cap.
+        tokens.lower_scope_limit("r.example", 40);
+        assert_eq!(tokens.scope_limit("r.example"), 10);
+        tokens.lower_scope_limit("r.example", 5);
+        assert_eq!(tokens.scope_limit("r.example"), 5);
+        tokens.lower_scope_limit("other.example", 32);
+        assert_eq!(tokens.scope_limit("other.example"), 32);
+        // A cap of 0 is taken as 1: every repository gets its own token.
+        let tokens = WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES, ScopeCaps::all(0));
+        assert!(tokens.needs_own_token(&wide_key(), &pull(0)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn refused_long_requests_halve_the_scopes_per_token() {
-        let tokens = Arc::new(WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES));
+        let tokens = Arc::new(WideTokens::new(
+            64 * 1024,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(usize::MAX),
+        ));
         let server = TokenServer::new(40, Duration::from_secs(300));
         let scopes: Vec<String> = (0..300).map(pull).collect();
 
@@ -748,7 +857,11 @@ mod tests {
         // All scopes have the same length here: room for exactly ten of them.
         let scopes: Vec<String> = (0..30).map(pull).collect();
         let budget = BASE_LEN + 10 * scope_param_len(&scopes[0]);
-        let tokens = Arc::new(WideTokens::new(budget, MAX_REMEMBERED_SCOPES));
+        let tokens = Arc::new(WideTokens::new(
+            budget,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(usize::MAX),
+        ));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(300));
         for scope in &scopes {
             tokens.remember(&wide_key(), scope);
@@ -772,7 +885,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_wide_fetch_is_shared_by_its_waiters() {
-        let tokens = Arc::new(WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES));
+        let tokens = Arc::new(WideTokens::new(
+            64 * 1024,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(usize::MAX),
+        ));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(300));
         server.down.store(true, Ordering::SeqCst);
         let scopes: Vec<String> = (0..50).map(pull).collect();
@@ -794,7 +911,11 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rejected_wide_token_is_replaced_once() {
-        let tokens = Arc::new(WideTokens::new(64 * 1024, MAX_REMEMBERED_SCOPES));
+        let tokens = Arc::new(WideTokens::new(
+            64 * 1024,
+            MAX_REMEMBERED_SCOPES,
+            ScopeCaps::all(usize::MAX),
+        ));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(300));
         let scopes: Vec<String> = (0..20).map(pull).collect();
         ask_all(&tokens, &server, &scopes, None).await;
@@ -816,7 +937,7 @@ mod tests {
 
     #[tokio::test]
     async fn own_tokens_and_the_bound_on_remembered_scopes() {
-        let tokens = WideTokens::new(64 * 1024, 3);
+        let tokens = WideTokens::new(64 * 1024, 3, ScopeCaps::all(usize::MAX));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(300));
         // Only the three most recently used scopes are remembered.
         for i in 0..5 {

@@ -38,7 +38,7 @@ use super::settings::{
     DEFAULT_SETTINGS_KEY, Limits, RegistrySettings, host_key, limits_for, normalize_host,
     normalize_registries, parse_ca_pem,
 };
-use super::wide_tokens::{MAX_REMEMBERED_SCOPES, WideTokens};
+use super::wide_tokens::{MAX_REMEMBERED_SCOPES, ScopeCaps, WideTokens};
 mod manifests;
 mod tags;
 pub(super) mod token;
@@ -111,6 +111,20 @@ impl Default for RegistryOptions {
             user_agent: concat!("imagewatch/", env!("CARGO_PKG_VERSION")).to_string(),
             timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// Repositories per registry-wide token, by host: each listed host's
+/// `repositoriesPerToken` (or the `*` one), and the `*` one or the default for the rest.
+fn scope_caps(registries: &HashMap<String, RegistrySettings>) -> ScopeCaps {
+    let cap = |host: &str| limits_for(registries, host).repositories_per_token as usize;
+    ScopeCaps {
+        default: cap(DEFAULT_SETTINGS_KEY),
+        hosts: registries
+            .keys()
+            .filter(|h| h.as_str() != DEFAULT_SETTINGS_KEY)
+            .map(|h| (h.clone(), cap(h)))
+            .collect(),
     }
 }
 
@@ -293,6 +307,7 @@ impl RegistryClient {
                     .map(|(h, _)| h.clone()),
             )
             .collect();
+        let scope_caps = scope_caps(&registries);
         Ok(RegistryClient {
             inner: Arc::new(Inner {
                 http,
@@ -306,7 +321,11 @@ impl RegistryClient {
                 warnings: WarnThrottle::new(WARN_EVERY),
                 schemes: Mutex::new(HashMap::new()),
                 tokens: TokenCache::default(),
-                wide_tokens: WideTokens::new(DEFAULT_TOKEN_URL_BUDGET, MAX_REMEMBERED_SCOPES),
+                wide_tokens: WideTokens::new(
+                    DEFAULT_TOKEN_URL_BUDGET,
+                    MAX_REMEMBERED_SCOPES,
+                    scope_caps,
+                ),
                 token_forms_refused: Mutex::new(HashMap::new()),
                 token_fetches: AtomicU64::new(0),
                 token_outcomes: Mutex::new(HashMap::new()),

@@ -58,8 +58,9 @@ impl SentAuth {
 
 impl RegistryClient {
     /// Announces repositories of `registry` that will be read with `creds`, so that the next
-    /// registry-wide token covers them all (one token request at start instead of one per
-    /// group of repositories that happen to be scanned together).
+    /// registry-wide tokens cover them all (one token request per `repositoriesPerToken`
+    /// repositories at start instead of one per group of repositories that happen to be
+    /// scanned together).
     pub fn expect_repositories<'a>(
         &self,
         registry: &str,
