@@ -355,10 +355,9 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
         lists <= p.repositories as f64,
     ));
     // One token request per `repositoriesPerToken` repositories (the operator's default).
-    let token_requests = p
-        .repositories
-        .div_ceil(imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN as usize)
-        as u64;
+    let token_requests =
+        p.repositories
+            .div_ceil(imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN as usize) as u64;
     checks.push(target(
         format!("{name}: credential (token) fetches per expiry, one registry"),
         format!(
