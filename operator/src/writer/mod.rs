@@ -598,21 +598,18 @@ fn write_hook(options: &WriterOptions) -> impl Fn(WritePoint) + Sync + use<> {
     }
 }
 
-/// Writes one planned commit on the blocking pool.
-async fn write_planned(
+/// Runs `write` on the blocking pool inside `span`, with the writer's commit settings
+/// (`known_head`: the branch head our last push left, if any).
+async fn on_blocking_pool<T: Send + 'static>(
     shared: &Arc<Shared>,
-    request: CommitRequest,
-) -> Result<CommitResult, ReconcileError> {
-    let task_shared = shared.clone();
-    let span = tracing::info_span!(
-        "commit",
-        repository = %request.url,
-        branch = %request.branch,
-        push_branch = ?request.push_branch,
-    );
-    let outcome = tokio::task::spawn_blocking(move || {
+    span: tracing::Span,
+    known_head: Option<git2::Oid>,
+    write: impl FnOnce(&Shared, &batch::BatchConfig<'_>) -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || {
         let _span = span.enter();
-        let options = &task_shared.options;
+        let options = &shared.options;
         let hook = write_hook(options);
         let config = batch::BatchConfig {
             author: &options.author,
@@ -620,10 +617,27 @@ async fn write_planned(
             attempts: options.push_attempts,
             template: &options.commit_template,
             hook: &hook,
-            fetched: &task_shared.fetched,
-            known_head: None,
+            fetched: &shared.fetched,
+            known_head,
         };
-        commit::write_commit(&task_shared.cache, request, &config)
+        write(&shared, &config)
+    })
+    .await
+}
+
+/// Writes one planned commit on the blocking pool.
+async fn write_planned(
+    shared: &Arc<Shared>,
+    request: CommitRequest,
+) -> Result<CommitResult, ReconcileError> {
+    let span = tracing::info_span!(
+        "commit",
+        repository = %request.url,
+        branch = %request.branch,
+        push_branch = ?request.push_branch,
+    );
+    let outcome = on_blocking_pool(shared, span, None, move |shared, config| {
+        commit::write_commit(&shared.cache, request, config)
     })
     .await;
     match outcome {
@@ -658,7 +672,6 @@ async fn write_intents(
             .map(|r| Some(UnchangedKey::of(r)).filter(|k| k.writer.push_branch.is_none()))
             .collect()
     };
-    let task_shared = shared.clone();
     // One span per batch (fetch, plan, commit, push): its log lines carry the repository.
     let span = tracing::info_span!(
         "commit",
@@ -666,20 +679,8 @@ async fn write_intents(
         branch = %requests.first().map(|r| r.branch.as_str()).unwrap_or_default(),
         intents = count,
     );
-    let outcome = tokio::task::spawn_blocking(move || {
-        let _span = span.enter();
-        let options = &task_shared.options;
-        let hook = write_hook(options);
-        let config = batch::BatchConfig {
-            author: &options.author,
-            signer: options.signer.as_ref(),
-            attempts: options.push_attempts,
-            template: &options.commit_template,
-            hook: &hook,
-            fetched: &task_shared.fetched,
-            known_head,
-        };
-        batch::write_batch(&task_shared.cache, &requests, &config)
+    let outcome = on_blocking_pool(shared, span, known_head, move |shared, config| {
+        batch::write_batch(&shared.cache, &requests, config)
     })
     .await;
     let mut pushed_head = None;

@@ -3,6 +3,7 @@
 //! the client's [`TagSource`] implementation.
 
 use std::collections::HashSet;
+use std::future::Future;
 
 use futures::future::BoxFuture;
 use reqwest::header::{HeaderMap, LINK};
@@ -42,72 +43,32 @@ impl RegistryClient {
         }
 
         let base = self.repo_url(repo, "tags/list")?;
-        let mut url = base.clone();
-        let mut page_size = self.inner.paging.page_size;
-        if let Some(n) = page_size {
-            url.query_pairs_mut().append_pair("n", &n.to_string());
-        }
-        let mut visited = HashSet::new();
         let mut seen_tags = HashSet::new();
         let mut tags = Vec::new();
-        let mut pages = 0usize;
         let mut dropped = 0usize;
-
-        loop {
-            if pages >= self.inner.paging.max_pages {
-                return Err(RegistryError::Protocol(format!(
-                    "{repo}: tag list still continues after {pages} pages; refusing to read further"
-                )));
-            }
-            if !visited.insert(url.to_string()) {
-                return Err(RegistryError::Protocol(format!(
-                    "{repo}: tag list pagination loops back to {url}"
-                )));
-            }
-            let response = self
-                .send(repo, creds, Method::GET, &url, "application/json")
-                .await?;
-            let status = response.status();
-            if !status.is_success() {
-                let failure = read_failure(response).await;
-                // Registries may cap `n` (distribution's `tags.maxtags`) and reject larger
-                // values instead of clamping; their default page size still works.
-                if pages == 0
-                    && page_size.is_some()
-                    && status == StatusCode::BAD_REQUEST
-                    && failure
-                        .codes
-                        .iter()
-                        .any(|c| c == "PAGINATION_NUMBER_INVALID")
-                {
-                    tracing::debug!(%repo, "registry rejected the tag page size; retrying without n");
-                    page_size = None;
-                    url = base.clone();
-                    visited.clear();
-                    continue;
-                }
-                return Err(failure.into_error(repo, Endpoint::Registry));
-            }
-            pages += 1;
-            let next = next_link(response.headers(), &url)?;
-            let body = read_body(response, MAX_TAGS_PAGE_BYTES).await?;
-            let page: Page = serde_json::from_slice(&body).map_err(|e| {
-                RegistryError::Protocol(format!("{repo}: tag list is not valid JSON: {e}"))
-            })?;
-            for tag in page.tags.unwrap_or_default() {
-                if !is_valid_tag(&tag) {
-                    dropped += 1;
-                    continue;
-                }
-                if seen_tags.insert(tag.clone()) {
-                    tags.push(tag);
-                }
-            }
-            match next {
-                Some(next) => url = next,
-                None => break,
-            }
-        }
+        let pages = self
+            .read_pages(
+                base,
+                Listing {
+                    subject: &repo.to_string(),
+                    what: "tag list",
+                    target: repo,
+                },
+                |url| async move {
+                    self.send(repo, creds, Method::GET, &url, "application/json")
+                        .await
+                },
+                |page: Page| {
+                    for tag in page.tags.unwrap_or_default() {
+                        if !is_valid_tag(&tag) {
+                            dropped += 1;
+                        } else if seen_tags.insert(tag.clone()) {
+                            tags.push(tag);
+                        }
+                    }
+                },
+            )
+            .await?;
         if dropped > 0 {
             tracing::warn!(%repo, dropped, "registry listed tags that are not valid tag names; ignored them");
         }
@@ -156,74 +117,40 @@ impl RegistryClient {
                     "cannot form the catalog URL of {registry}: {e}"
                 ))
             })?;
-        let mut url = base.clone();
-        let mut page_size = self.inner.paging.page_size;
-        if let Some(n) = page_size {
-            url.query_pairs_mut().append_pair("n", &n.to_string());
-        }
-        let mut visited = HashSet::new();
         let mut names = Vec::new();
-        let mut pages = 0usize;
         let mut dropped = 0usize;
-        loop {
-            if pages >= self.inner.paging.max_pages {
-                return Err(RegistryError::Protocol(format!(
-                    "{registry}: repository catalog still continues after {pages} pages; refusing to read further"
-                )));
-            }
-            if !visited.insert(url.to_string()) {
-                return Err(RegistryError::Protocol(format!(
-                    "{registry}: catalog pagination loops back to {url}"
-                )));
-            }
-            let response = self
-                .send_scoped(
-                    &target,
-                    CATALOG_SCOPE,
-                    creds,
-                    Method::GET,
-                    &url,
-                    "application/json",
-                )
-                .await?;
-            let status = response.status();
-            if !status.is_success() {
-                let failure = read_failure(response).await;
-                // Like tag lists: distribution caps `n` (`catalog.maxentries`) and refuses
-                // larger values; its default page size still works.
-                if pages == 0
-                    && page_size.is_some()
-                    && status == StatusCode::BAD_REQUEST
-                    && failure
-                        .codes
-                        .iter()
-                        .any(|c| c == "PAGINATION_NUMBER_INVALID")
-                {
-                    tracing::debug!(%registry, "registry rejected the catalog page size; retrying without n");
-                    page_size = None;
-                    url = base.clone();
-                    visited.clear();
-                    continue;
-                }
-                return Err(failure.into_error(&target, Endpoint::Registry));
-            }
-            pages += 1;
-            let next = next_link(response.headers(), &url)?;
-            let body = read_body(response, MAX_TAGS_PAGE_BYTES).await?;
-            let page: Page = serde_json::from_slice(&body).map_err(|e| {
-                RegistryError::Protocol(format!("{registry}: catalog is not valid JSON: {e}"))
-            })?;
-            for name in page.repositories.unwrap_or_default() {
-                match RepositoryRef::parse(&format!("{registry}/{name}")) {
-                    Ok(parsed) if parsed.path == name => names.push(name),
-                    _ => dropped += 1,
-                }
-            }
-            match next {
-                Some(next) => url = next,
-                None => break,
-            }
-        }
+        let pages = self
+            .read_pages(
+                base,
+                Listing {
+                    subject: &registry,
+                    what: "repository catalog",
+                    target: &target,
+                },
+                |url| {
+                    let target = &target;
+                    async move {
+                        self.send_scoped(
+                            target,
+                            CATALOG_SCOPE,
+                            creds,
+                            Method::GET,
+                            &url,
+                            "application/json",
+                        )
+                        .await
+                    }
+                },
+                |page: Page| {
+                    for name in page.repositories.unwrap_or_default() {
+                        match RepositoryRef::parse(&format!("{registry}/{name}")) {
+                            Ok(parsed) if parsed.path == name => names.push(name),
+                            _ => dropped += 1,
+                        }
+                    }
+                },
+            )
+            .await?;
         if dropped > 0 {
             tracing::warn!(%registry, dropped, "registry catalog listed invalid repository names; ignored them");
         }
@@ -232,6 +159,89 @@ impl RegistryClient {
         tracing::debug!(%registry, pages, repositories = names.len(), "listed the catalog");
         Ok((names, pages))
     }
+
+    /// Reads a paged listing from `base`: asks for the configured page size (`n`), follows
+    /// `Link` headers within the page bound, refuses a loop, and hands each page's JSON to
+    /// `on_page`. A registry that refuses `n` on the first page with
+    /// `PAGINATION_NUMBER_INVALID` (distribution caps it: `tags.maxtags`,
+    /// `catalog.maxentries`) is read again from the start with its own page size. Returns
+    /// the pages read.
+    async fn read_pages<P, S, Fut>(
+        &self,
+        base: Url,
+        listing: Listing<'_>,
+        send: S,
+        mut on_page: impl FnMut(P),
+    ) -> Result<usize, RegistryError>
+    where
+        P: serde::de::DeserializeOwned,
+        S: Fn(Url) -> Fut,
+        Fut: Future<Output = Result<reqwest::Response, RegistryError>>,
+    {
+        let Listing {
+            subject,
+            what,
+            target,
+        } = listing;
+        let mut url = base.clone();
+        let mut page_size = self.inner.paging.page_size;
+        if let Some(n) = page_size {
+            url.query_pairs_mut().append_pair("n", &n.to_string());
+        }
+        let mut visited = HashSet::new();
+        let mut pages = 0usize;
+        loop {
+            if pages >= self.inner.paging.max_pages {
+                return Err(RegistryError::Protocol(format!(
+                    "{subject}: {what} still continues after {pages} pages; refusing to read further"
+                )));
+            }
+            if !visited.insert(url.to_string()) {
+                return Err(RegistryError::Protocol(format!(
+                    "{subject}: {what} pagination loops back to {url}"
+                )));
+            }
+            let response = send(url.clone()).await?;
+            let status = response.status();
+            if !status.is_success() {
+                let failure = read_failure(response).await;
+                if pages == 0
+                    && page_size.is_some()
+                    && status == StatusCode::BAD_REQUEST
+                    && failure
+                        .codes
+                        .iter()
+                        .any(|c| c == "PAGINATION_NUMBER_INVALID")
+                {
+                    tracing::debug!(%subject, what, "registry rejected the page size; retrying without n");
+                    page_size = None;
+                    url = base.clone();
+                    visited.clear();
+                    continue;
+                }
+                return Err(failure.into_error(target, Endpoint::Registry));
+            }
+            pages += 1;
+            let next = next_link(response.headers(), &url)?;
+            let body = read_body(response, MAX_TAGS_PAGE_BYTES).await?;
+            let page: P = serde_json::from_slice(&body).map_err(|e| {
+                RegistryError::Protocol(format!("{subject}: {what} is not valid JSON: {e}"))
+            })?;
+            on_page(page);
+            match next {
+                Some(next) => url = next,
+                None => return Ok(pages),
+            }
+        }
+    }
+}
+
+/// What a paged listing reads, for its errors: the repository or registry it names, the
+/// kind of listing, and the reference errors are reported against.
+struct Listing<'a> {
+    subject: &'a str,
+    what: &'a str,
+    target: &'a RepositoryRef,
 }
 
 impl TagSource for RegistryClient {
