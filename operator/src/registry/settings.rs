@@ -63,8 +63,9 @@ pub const DEFAULT_DOCKER_HUB_METADATA_BUDGET: u32 = 10;
 /// 5,000 repositories then take 79 token requests per token lifetime instead of 1.
 pub const DEFAULT_REPOSITORIES_PER_TOKEN: u32 = 64;
 
-/// Highest accepted `repositoriesPerToken`: the scopes remembered per registry and identity.
-const MAX_REPOSITORIES_PER_TOKEN: u32 = super::wide_tokens::MAX_REMEMBERED_SCOPES as u32;
+/// Highest accepted `repositoriesPerToken`; also the pull scopes remembered per registry and
+/// identity (see [`super::wide_tokens`]), so one token can still name every one of them.
+pub(crate) const MAX_REPOSITORIES_PER_TOKEN: u32 = 5000;
 
 /// Highest accepted `ratePerSecond`; more is certainly a typo.
 const MAX_RATE_PER_SECOND: f64 = 10_000.0;

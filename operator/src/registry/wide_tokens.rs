@@ -49,11 +49,11 @@ use std::time::{Duration, Instant};
 
 use super::auth::{FetchedToken, PRUNE_THRESHOLD, usable_until};
 use super::error::RegistryError;
-use super::settings::host_key;
+use super::settings::{MAX_REPOSITORIES_PER_TOKEN, host_key};
 
 /// Most pull scopes remembered per registry and identity; beyond it the least recently used
-/// one is forgotten.
-pub(crate) const MAX_REMEMBERED_SCOPES: usize = 5000;
+/// one is forgotten. As many as the highest `repositoriesPerToken`, so that cap can name all.
+pub(crate) const MAX_REMEMBERED_SCOPES: usize = MAX_REPOSITORIES_PER_TOKEN as usize;
 
 /// A scope not asked for during this long drops out of wide token requests until it is
 /// asked for again, so that repositories no longer watched do not inflate every token.
