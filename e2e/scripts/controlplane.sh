@@ -44,6 +44,9 @@ KUBECONFIG_FILE="$STATE/kubeconfig"
 # Bump when the build command below changes in a way that needs a rebuild.
 BUILD_RECIPE=1
 WITH_NODE=${IMAGEWATCH_E2E_NODE:-1}
+# IMAGEWATCH_E2E_PROFILING=1: kube-apiserver serves /debug/pprof (CPU profiles of a bench).
+PROFILING=false
+[[ ${IMAGEWATCH_E2E_PROFILING:-0} == 1 ]] && PROFILING=true
 
 go_bin() {
   local go
@@ -309,7 +312,7 @@ start_apiserver() {
     "${admission[@]}" \
     --endpoint-reconciler-type=none \
     --cert-dir="$DIR/apiserver-certs" \
-    --profiling=false
+    --profiling="$PROFILING"
   wait_for kube-apiserver "$LOGS/kube-apiserver.log" 180 apiserver_ready
 }
 
