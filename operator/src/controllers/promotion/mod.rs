@@ -194,7 +194,15 @@ pub const POLICY_CACHE: &str = "promotionpolicy-cache";
 /// Runs the PromotionPolicy controller until `shutdown` is cancelled. Reconciles use the
 /// ImageWatch controller's [`Context`] (Kubernetes client, registry clients, Event recorder,
 /// metrics) and its git writer: they read through the writer's clones and commit through it.
-pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: CancellationToken) {
+///
+/// `watches` are the ImageWatch changes of the ImageWatch controller's cache (one watch
+/// serves both): a changed watch wakes the policies of its namespace.
+pub async fn run(
+    ctx: Arc<Context>,
+    options: PromotionOptions,
+    watches: impl futures::Stream<Item = Arc<DeserializeGuard<ImageWatch>>> + Send + 'static,
+    shutdown: CancellationToken,
+) {
     let client = ctx.client.clone();
     let metrics = ctx.metrics.clone();
     let http = match reqwest::Client::builder()
@@ -229,12 +237,6 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
         move || metrics.readiness.met(POLICY_CACHE)
     }))
     .applied_objects();
-    let watches = crate::cluster::namespaces::watch::<DeserializeGuard<ImageWatch>>(
-        client.clone(),
-        &options.namespaces,
-        watcher::Config::default().any_semantic(),
-    )
-    .applied_objects();
     let controller = Controller::for_stream(policies, reader).with_config(
         kube::runtime::controller::Config::default().concurrency(options.concurrency.max(1)),
     );
@@ -247,7 +249,7 @@ pub async fn run(ctx: Arc<Context>, options: PromotionOptions, shutdown: Cancell
     let token = shutdown.clone();
     tracing::info!("PromotionPolicy controller started");
     controller
-        .watches_stream(watches, move |watch: DeserializeGuard<ImageWatch>| {
+        .watches_shared_stream(watches, move |watch: Arc<DeserializeGuard<ImageWatch>>| {
             let namespace = watch.meta().namespace.clone();
             store
                 .state()
