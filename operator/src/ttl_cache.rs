@@ -5,11 +5,17 @@
 //! *started* and ask with an explicit `now`, so the TTL counts from the read and tests drive
 //! time with made-up instants. moka's time-to-live starts at insertion on its own clock,
 //! which tests cannot move, so the 15 s boundary and the pruning test would need sleeps.
+//!
+//! [`TtlCache::get_or_read`] reads a missing entry once however many callers miss it at the
+//! same moment (single flight): when a Secret named by every watch of a namespace expires,
+//! the reconciles running at that moment share one read instead of each making its own
+//! (a 50,000-watch first sync read its two Secrets 442 times in 250 s before).
 
 use std::{
     collections::HashMap,
+    future::Future,
     hash::Hash,
-    sync::{Mutex, PoisonError},
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -21,6 +27,8 @@ const PRUNE_AT: usize = 1024;
 pub struct TtlCache<K, V> {
     ttl: Duration,
     entries: Mutex<HashMap<K, (Instant, V)>>,
+    /// The reads in flight, by key: held by the caller reading, awaited by the others.
+    reads: Mutex<HashMap<K, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
@@ -29,6 +37,7 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         Self {
             ttl,
             entries: Mutex::default(),
+            reads: Mutex::default(),
         }
     }
 
@@ -55,6 +64,52 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
     pub fn forget(&self, key: &K) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.remove(key);
+    }
+
+    /// The value stored for `key` less than the TTL ago; else what `read` finds, stored as of
+    /// the moment the read started. Callers that miss `key` at the same time share one read:
+    /// the first reads, the others wait for it and take what it stored. A read that finds
+    /// nothing (`Ok(None)`) forgets `key`; neither it nor an error is shared, so a waiter then
+    /// reads for itself.
+    pub async fn get_or_read<E, Fut>(
+        &self,
+        key: &K,
+        read: impl FnOnce() -> Fut,
+    ) -> Result<Option<V>, E>
+    where
+        K: Clone,
+        Fut: Future<Output = Result<Option<V>, E>>,
+    {
+        if let Some(value) = self.get(key, Instant::now()) {
+            return Ok(Some(value));
+        }
+        let flight = {
+            let mut reads = self.reads.lock().unwrap_or_else(PoisonError::into_inner);
+            reads.entry(key.clone()).or_default().clone()
+        };
+        let result = {
+            let _reading = flight.lock().await;
+            match self.get(key, Instant::now()) {
+                Some(value) => Ok(Some(value)),
+                None => {
+                    let started = Instant::now();
+                    let result = read().await;
+                    match &result {
+                        Ok(Some(value)) => self.put(key.clone(), started, value.clone()),
+                        Ok(None) => self.forget(key),
+                        Err(_) => {}
+                    }
+                    result
+                }
+            }
+        };
+        // The last caller of this flight removes it (the map holds one reference, each caller
+        // another): the map of reads stays as small as the reads in progress.
+        let mut reads = self.reads.lock().unwrap_or_else(PoisonError::into_inner);
+        if Arc::strong_count(&flight) == 2 {
+            reads.remove(key);
+        }
+        result
     }
 }
 
@@ -85,5 +140,61 @@ mod tests {
         }
         cache.put(PRUNE_AT, t0 + Duration::from_secs(2), PRUNE_AT);
         assert_eq!(cache.entries.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn callers_missing_one_key_at_once_share_one_read() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache: TtlCache<&str, u32> = TtlCache::new(Duration::from_secs(15));
+        let reads = AtomicUsize::new(0);
+        let opened = tokio::sync::Semaphore::new(0);
+        let read = || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            let _ = opened.acquire().await;
+            Ok::<_, ()>(Some(7))
+        };
+        // Every caller misses and waits before the one read is let finish.
+        let (answers, ()) = futures::join!(
+            futures::future::join_all((0..20).map(|_| cache.get_or_read(&"secret", read))),
+            async {
+                tokio::task::yield_now().await;
+                opened.add_permits(1);
+            }
+        );
+        assert!(answers.iter().all(|a| *a == Ok(Some(7))));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        assert!(cache.reads.lock().unwrap().is_empty());
+
+        // Still fresh: no read. Expired: one more.
+        assert_eq!(cache.get_or_read(&"secret", read).await, Ok(Some(7)));
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        cache.put("secret", Instant::now() - Duration::from_secs(16), 7);
+        assert_eq!(cache.get_or_read(&"secret", read).await, Ok(Some(7)));
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn nothing_found_and_failures_are_not_shared() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let cache: TtlCache<&str, u32> = TtlCache::new(Duration::from_secs(15));
+        cache.put("gone", Instant::now() - Duration::from_secs(20), 1);
+        let reads = AtomicUsize::new(0);
+        let missing = || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            Ok::<Option<u32>, String>(None)
+        };
+        let answers =
+            futures::future::join_all((0..3).map(|_| cache.get_or_read(&"gone", missing))).await;
+        assert!(answers.iter().all(|a| *a == Ok(None)));
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+        assert!(cache.entries.lock().unwrap().is_empty());
+
+        let failing = || async { Err::<Option<u32>, String>("refused".into()) };
+        assert_eq!(
+            cache.get_or_read(&"gone", failing).await,
+            Err("refused".to_string())
+        );
+        assert_eq!(cache.get(&"gone", Instant::now()), None);
     }
 }

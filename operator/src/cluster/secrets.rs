@@ -11,11 +11,7 @@
 //!   optionally `passphrase`;
 //! * HTTPS basic auth: `password` or `token`, with `username` (default `x-access-token`).
 
-use std::{
-    collections::BTreeMap,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::Api;
@@ -98,23 +94,16 @@ async fn read_secret(
         )));
     }
     let key = (namespace.to_string(), name.to_string());
-    let now = Instant::now();
-    if let Some(data) = ctx.secret_cache().get(&key, now) {
-        return Ok(data);
-    }
     let api: Api<Secret> = Api::namespaced(ctx.client().clone(), namespace);
-    match api.get_opt(name).await? {
-        Some(secret) => {
-            let data = Arc::new(secret.data.unwrap_or_default());
-            ctx.secret_cache().put(key, now, data.clone());
-            Ok(data)
-        }
-        None => {
-            ctx.secret_cache().forget(&key);
-            Err(ReconcileError::CredentialsNotFound(format!(
-                "{purpose} Secret {namespace}/{name} not found"
-            )))
-        }
+    let read = || async {
+        let secret = api.get_opt(name).await?;
+        Ok::<_, kube::Error>(secret.map(|s| Arc::new(s.data.unwrap_or_default())))
+    };
+    match ctx.secret_cache().get_or_read(&key, read).await? {
+        Some(data) => Ok(data),
+        None => Err(ReconcileError::CredentialsNotFound(format!(
+            "{purpose} Secret {namespace}/{name} not found"
+        ))),
     }
 }
 
