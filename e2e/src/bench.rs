@@ -239,6 +239,83 @@ pub fn metric_sum(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 
         .sum()
 }
 
+/// Requests the API server served, by `VERB resource[/subresource]`, read from the
+/// `apiserver_request_total` counter of its `/metrics`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ApiRequests(pub BTreeMap<String, f64>);
+
+impl ApiRequests {
+    /// The counts of a Prometheus text exposition of the API server.
+    pub fn parse(exposition: &str) -> Self {
+        let mut counts = BTreeMap::new();
+        for line in exposition.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once('}') else {
+                continue;
+            };
+            let Some(value) = value
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+            else {
+                continue;
+            };
+            let label = |key: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix("=\"")?.strip_suffix('"'))
+            };
+            let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else {
+                continue;
+            };
+            let key = match label("subresource").filter(|s| !s.is_empty()) {
+                Some(sub) => format!("{verb} {resource}/{sub}"),
+                None => format!("{verb} {resource}"),
+            };
+            *counts.entry(key).or_insert(0.0) += value;
+        }
+        Self(counts)
+    }
+
+    /// What was served after `earlier` (counts that did not move are left out).
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .filter_map(|(k, v)| {
+                    let d = v - earlier.0.get(k).copied().unwrap_or(0.0);
+                    (d > 0.0).then(|| (k.clone(), d))
+                })
+                .collect(),
+        )
+    }
+
+    /// The requests of `resource` (and its subresources), most first, as
+    /// `PATCH imagewatches/status 50,000, LIST imagewatches 1`.
+    pub fn summary(&self, resources: &[&str]) -> String {
+        let mut rows: Vec<(&String, f64)> = self
+            .0
+            .iter()
+            .filter(|(k, _)| {
+                let resource = k.split_once(' ').map_or("", |(_, r)| r);
+                let resource = resource.split('/').next().unwrap_or_default();
+                resources.contains(&resource)
+            })
+            .map(|(k, v)| (k, *v))
+            .collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        if rows.is_empty() {
+            return "none".into();
+        }
+        rows.iter()
+            .map(|(k, v)| format!("{k} {}", thousands(*v as u64)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 /// The machine a benchmark ran on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
@@ -369,6 +446,30 @@ pub fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_requests_are_counted_by_verb_and_resource() {
+        let before = ApiRequests::parse(concat!(
+            "# TYPE apiserver_request_total counter\n",
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"imagewatch.dev\",resource=\"imagewatches\",scope=\"resource\",subresource=\"status\",verb=\"PATCH\",version=\"v1alpha1\"} 10\n",
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"secrets\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"} 3\n",
+        ));
+        let after = ApiRequests::parse(concat!(
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"imagewatch.dev\",resource=\"imagewatches\",scope=\"resource\",subresource=\"status\",verb=\"PATCH\",version=\"v1alpha1\"} 50010\n",
+            "apiserver_request_total{code=\"409\",component=\"apiserver\",dry_run=\"\",group=\"imagewatch.dev\",resource=\"imagewatches\",scope=\"resource\",subresource=\"status\",verb=\"PATCH\",version=\"v1alpha1\"} 2\n",
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"imagewatch.dev\",resource=\"imagewatches\",scope=\"namespace\",subresource=\"\",verb=\"LIST\",version=\"v1alpha1\"} 1\n",
+            "apiserver_request_total{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"secrets\",scope=\"resource\",subresource=\"\",verb=\"GET\",version=\"v1\"} 3\n",
+            "apiserver_request_duration_seconds_count{verb=\"GET\",resource=\"secrets\"} 9\n",
+        ));
+        let served = after.since(&before);
+        assert_eq!(served.0.get("PATCH imagewatches/status"), Some(&50_002.0));
+        assert_eq!(served.0.get("GET secrets"), None);
+        assert_eq!(
+            served.summary(&["imagewatches", "secrets"]),
+            "PATCH imagewatches/status 50,002, LIST imagewatches 1"
+        );
+        assert_eq!(served.summary(&["events"]), "none");
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -12,6 +12,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace,
+    bench::ApiRequests,
     setup::{create_git_secret, create_secret, ready},
 };
 use kube::{
@@ -19,6 +20,16 @@ use kube::{
     api::{DeleteParams, ListParams, PostParams},
     runtime::{WatchStreamExt as _, watcher},
 };
+
+/// The resources whose API requests the reports name.
+pub const API_RESOURCES: &[&str] = &[
+    "imagewatches",
+    "secrets",
+    "events",
+    "leases",
+    "configmaps",
+    "applications",
+];
 
 /// Concurrent API requests when creating objects.
 pub const CREATE_CONCURRENCY: usize = 32;
@@ -97,6 +108,12 @@ impl Setup {
         Ok(self.ground.git()?.repo_dir(name))
     }
 
+    /// The API server's request counts so far (its `/metrics`, read with the admin identity).
+    pub async fn api_requests(&self) -> anyhow::Result<ApiRequests> {
+        let request = axum::http::Request::get("/metrics").body(Vec::new())?;
+        Ok(ApiRequests::parse(&self.admin.request_text(request).await?))
+    }
+
     /// Commits on `main` summed over the scenario's manifests repositories.
     pub fn commit_count(&self) -> anyhow::Result<usize> {
         let git = self.ground.git()?;
@@ -131,9 +148,14 @@ impl Setup {
     ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         let mut finished: HashSet<String> = HashSet::new();
-        let stream = watcher(self.watches.clone(), watcher::Config::default())
-            .default_backoff()
-            .applied_objects();
+        // Listed from the API server's watch cache, as the operator lists: the observer should
+        // cost the shared API server as little as it can.
+        let stream = watcher(
+            self.watches.clone(),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .applied_objects();
         futures::pin_mut!(stream);
         let mut last_report = Instant::now();
         while finished.len() < n {

@@ -249,6 +249,10 @@ fn push_checks(r: &PushResult) -> Vec<Check> {
         ),
     ));
     checks.push(Check::info(
+        format!("{name}: API requests until all committed"),
+        r.api.summary(common::API_RESOURCES),
+    ));
+    checks.push(Check::info(
         format!("{name}: operator peak RSS"),
         format!("{:.1} MiB", mib(r.peak_rss_kib)),
     ));
@@ -315,6 +319,10 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
             secs(r.first_sync)
         ),
     ));
+    checks.push(Check::info(
+        format!("{name}: API requests of the first sync"),
+        r.sync_api.summary(common::API_RESOURCES),
+    ));
     checks.push(target(
         format!("{name}: operator peak RSS"),
         "≤ 500 MiB".into(),
@@ -340,6 +348,10 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
             r.window_commits
         ),
         r.cpu_percent <= 5.0,
+    ));
+    checks.push(Check::info(
+        format!("{name}: API requests in the steady-state window"),
+        r.window_api.summary(common::API_RESOURCES),
     ));
     let lists = r.window_requests.tag_list_total() as f64 * per_cycle;
     checks.push(target(

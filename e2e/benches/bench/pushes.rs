@@ -19,8 +19,8 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use imagewatch_e2e::{
     NotifyingRegistry,
     bench::{
-        Latencies, ProcessSample, RegistryRequests, count_registry_requests, metric_sum,
-        parse_push_sizes,
+        ApiRequests, Latencies, ProcessSample, RegistryRequests, count_registry_requests,
+        metric_sum, parse_push_sizes,
     },
     ground::random_suffix,
     oci_push::{BaseImage, ImagePusher},
@@ -106,6 +106,8 @@ pub struct PushResult {
     pub peak_rss_kib: u64,
     /// The operator's registry requests from the first push until every tag was committed.
     pub requests: RegistryRequests,
+    /// API requests served from the first push until every tag was committed.
+    pub api: ApiRequests,
 }
 
 /// How the driver and the operator authenticate to the scenario's registry.
@@ -261,6 +263,17 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
     // The webhook receiver must listen before the first push: the registry delivers its
     // events in order and retries a refused one, so later events would queue behind it.
     let operator = setup.start_operator(&flags)?;
+    imagewatch_e2e::wait_until(
+        "the webhook receiver to listen",
+        Duration::from_secs(60),
+        || async {
+            Ok(tokio::net::TcpStream::connect(&webhook)
+                .await
+                .ok()
+                .map(|_| ()))
+        },
+    )
+    .await?;
 
     // Image repositories with every watch's current tag.
     let prefix = format!("bench-{}", random_suffix());
@@ -373,6 +386,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         ("etcd", ground_pid(&setup, "etcd")),
         ("git server", ground_pid(&setup, "git-https")),
     ];
+    let api_before = setup.api_requests().await?;
     let cpu_before: Vec<Option<u64>> = processes.iter().map(|(_, p)| cpu_ticks(*p)).collect();
     let started = Instant::now();
     let pushed: HashMap<usize, Instant> = futures::stream::iter(0..n)
@@ -411,6 +425,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .values()
         .max()
         .map_or(DEADLINE, |t| t.duration_since(started));
+    let api = setup.api_requests().await?.since(&api_before);
     let commits = setup.commit_count()? - commits_before;
     let requests = count_registry_requests(
         &read_range(&log, log_before, file_len(&log))?,
@@ -456,6 +471,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         commits,
         peak_rss_kib,
         requests,
+        api,
     })
 }
 

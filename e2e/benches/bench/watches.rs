@@ -25,7 +25,9 @@ use std::{
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use imagewatch_e2e::{
-    bench::{ProcessSample, RegistryRequests, count_registry_requests, metric_sum, open_fds},
+    bench::{
+        ApiRequests, ProcessSample, RegistryRequests, count_registry_requests, metric_sum, open_fds,
+    },
     ground::random_suffix,
     oci_push::{Authorizer, BaseImage, ImagePusher},
     token_registry::{TokenCounts, TokenRegistry},
@@ -66,6 +68,11 @@ pub struct WatchResult {
     pub sync_cpu: Vec<(&'static str, f64)>,
     /// Tokens issued during the first sync.
     pub sync_tokens: TokenCounts,
+    /// API requests served from the operator's start until every watch was Ready (the
+    /// driver's own watch included).
+    pub sync_api: ApiRequests,
+    /// API requests served in the steady-state window.
+    pub window_api: ApiRequests,
     /// Length of the steady-state window.
     pub window: Duration,
     /// CPU time used in the window, seconds.
@@ -177,6 +184,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         ("registry", Some(registry.pid())),
     ];
     let ground_before: Vec<Option<u64>> = ground.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let api_before = setup.api_requests().await?;
     let operator_started = Instant::now();
     let mut operator = setup.start_operator(&[
         "--insecure-registry",
@@ -208,6 +216,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", operator.log_tail(30)))?;
     let first_sync = operator_started.elapsed();
+    let api_synced = setup.api_requests().await?;
     eprintln!("bench:   first sync in {:.1} s", first_sync.as_secs_f64());
     let ticks = clock_ticks() as f64;
     let mut sync_cpu: Vec<(&'static str, f64)> = Vec::new();
@@ -251,6 +260,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         commits_before - commits_at_start
     );
     let reconciles_before = reconciles(&operator).await?;
+    let api_window_start = setup.api_requests().await?;
     let before = ProcessSample::read(pid).ok_or_else(|| anyhow::anyhow!("operator gone"))?;
     eprintln!(
         "bench:   steady-state window: at least {} and {} reconciles …",
@@ -295,6 +305,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
     let window_tokens = registry.token_counts().since(&sync_tokens);
     let window_reconciles = reconciles(&operator).await? - reconciles_before;
     let window_commits = setup.commit_count()? - commits_before;
+    let window_api = setup.api_requests().await?.since(&api_window_start);
 
     let window_cpu_seconds = after.ticks.saturating_sub(before.ticks) as f64 / ticks as f64;
     let per_cycle = if window_reconciles > 0.0 {
@@ -314,6 +325,8 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         sync_requests,
         sync_cpu,
         sync_tokens,
+        sync_api: api_synced.since(&api_before),
+        window_api,
         window: after.at.duration_since(before.at),
         window_cpu_seconds,
         window_requests,
