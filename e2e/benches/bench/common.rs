@@ -70,6 +70,11 @@ impl Setup {
         })
     }
 
+    /// The kubeconfig of the operator's identity (the chart's ServiceAccount).
+    pub fn operator_kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
     /// Starts the operator on this namespace only, with further `flags`.
     pub fn start_operator(&self, flags: &[&str]) -> anyhow::Result<Operator> {
         let mut all = vec!["--namespace", self.ns.name.as_str()];

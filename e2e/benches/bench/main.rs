@@ -6,6 +6,8 @@
 //! - `peer`: imagewatch beside Argo CD Image Updater in the same run (1 push ×5, 27 pushes,
 //!   100 apps), when `IMAGEWATCH_BENCH_IU` names the peer's binary; skipped otherwise;
 //! - `pushes`: push → commit latency and throughput for N simultaneous pushes;
+//! - `apiserver`: the API server's and etcd's CPU per ImageWatch status write, with no
+//!   operator running: the floor under the first sync of `watches`;
 //! - `watches`: registry calls, credential fetches, CPU and memory of many watches in steady
 //!   state;
 //! - `seed000`: seed 000's flow — ECR pushes (moto) → EventBridge → SQS → one pattern watch →
@@ -13,7 +15,7 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `IMAGEWATCH_BENCH` | `peer,pushes,watches,seed000` | scenarios to run |
+//! | `IMAGEWATCH_BENCH` | `peer,pushes,apiserver,watches,seed000` | scenarios to run |
 //! | `IMAGEWATCH_BENCH_IU` | — | `argocd-image-updater` v1.3.0 binary for `peer` |
 //! | `IMAGEWATCH_BENCH_IU_SRC` | the binary's directory | its source checkout (`config/crd/bases/`) |
 //! | `IMAGEWATCH_BENCH_ARGOCD_SRC` | `$IMAGEWATCH_BENCH_IU_SRC/../argo-cd` | an argo-cd checkout (`manifests/crds/application-crd.yaml`) |
@@ -23,11 +25,13 @@
 //! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default (100/s, burst 200) |
 //! | `IMAGEWATCH_BENCH_PUSH_CONCURRENCY` | `32` | manifest `PUT`s in flight |
 //! | `IMAGEWATCH_BENCH_PUSH_AUTH` | `token` | push scenarios' registry authentication: `token` (bearer tokens from a token server in the driver) or `basic` (htpasswd, bcrypt, on every request) |
+//! | `IMAGEWATCH_BENCH_API_WRITES` | `2000` | ImageWatches (and writes per variant) of `apiserver` |
 //! | `IMAGEWATCH_BENCH_WATCHES` | `50000` | ImageWatches of the steady-state scenario |
 //! | `IMAGEWATCH_BENCH_REPOS` | `5000` | image repositories they follow |
 //! | `IMAGEWATCH_BENCH_GIT_REPOS` | `50` | manifests repositories they write |
 //! | `IMAGEWATCH_BENCH_INTERVAL` | `5m` | their `spec.interval` (= the measured window) |
 
+mod apiserver;
 mod common;
 mod peer;
 mod pushes;
@@ -47,8 +51,8 @@ use crate::{
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let machine = Machine::detect(&imagewatch_e2e::operator::binary());
-    let scenarios =
-        std::env::var("IMAGEWATCH_BENCH").unwrap_or_else(|_| "peer,pushes,watches,seed000".into());
+    let scenarios = std::env::var("IMAGEWATCH_BENCH")
+        .unwrap_or_else(|_| "peer,pushes,apiserver,watches,seed000".into());
     let mut checks = Vec::new();
     let mut peer_report = None;
     if scenarios.split(',').any(|s| s.trim() == "peer") {
@@ -89,6 +93,21 @@ async fn main() -> anyhow::Result<()> {
             checks.extend(rows);
         }
     }
+    let mut write_costs = None;
+    if scenarios.split(',').any(|s| s.trim() == "apiserver") {
+        let writes = env_usize("IMAGEWATCH_BENCH_API_WRITES", 2000).max(1);
+        eprintln!("bench: API-server CPU per status write, {writes} ImageWatches …");
+        let rows = match apiserver::run(writes).await {
+            Ok(costs) => {
+                let rows = write_cost_checks(&costs);
+                write_costs = Some(costs);
+                rows
+            }
+            Err(e) => vec![failed("API-server CPU per status write".into(), &e)],
+        };
+        eprint!("{}", render_table(&rows));
+        checks.extend(rows);
+    }
     if scenarios.split(',').any(|s| s.trim() == "watches") {
         let interval_text =
             std::env::var("IMAGEWATCH_BENCH_INTERVAL").unwrap_or_else(|_| "5m".into());
@@ -110,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
             plan.watches, plan.repositories
         );
         let rows = match watches::run(plan).await {
-            Ok(result) => watch_checks(&result, machine.cores),
+            Ok(result) => watch_checks(&result, machine.cores, write_costs.as_ref()),
             Err(e) => vec![failed(name, &e)],
         };
         eprint!("{}", render_table(&rows));
@@ -259,8 +278,32 @@ fn push_checks(r: &PushResult) -> Vec<Check> {
     checks
 }
 
-/// The rows of the steady-state scenario.
-fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
+/// The rows of the API-server scenario.
+fn write_cost_checks(c: &apiserver::WriteCosts) -> Vec<Check> {
+    c.costs
+        .iter()
+        .map(|cost| {
+            Check::info(
+                format!("API-server CPU per write: {}", cost.what),
+                format!(
+                    "{:.2} ms (etcd {:.2} ms; {} writes, 32 in flight, in {})",
+                    cost.apiserver_ms,
+                    cost.etcd_ms,
+                    thousands(c.writes as u64),
+                    secs(cost.elapsed)
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The rows of the steady-state scenario; with `write_costs`, the floor the API server's and
+/// etcd's work per status write puts under the first sync.
+fn watch_checks(
+    r: &WatchResult,
+    cores: usize,
+    write_costs: Option<&apiserver::WriteCosts>,
+) -> Vec<Check> {
     let p = &r.plan;
     let name = format!(
         "{} watches / {} repositories",
@@ -298,8 +341,20 @@ fn watch_checks(r: &WatchResult, cores: usize) -> Vec<Check> {
         ),
         r.first_sync.as_secs_f64() <= 120.0,
     ));
-    let total: f64 = r.sync_cpu.iter().map(|(_, s)| s).sum();
     let cores = cores.max(1);
+    if let Some(write) = write_costs.and_then(|c| c.operator_write()) {
+        let floor = p.watches as f64 * (write.apiserver_ms + write.etcd_ms) / 1000.0;
+        checks.push(Check::info(
+            format!("{name}: the ground's floor under the first sync"),
+            format!(
+                "{} status writes × {:.2} ms of API-server and etcd CPU (the `apiserver` rows) =                  {floor:.0} CPU-s, {} on {cores} cores with nothing else running",
+                thousands(p.watches as u64),
+                write.apiserver_ms + write.etcd_ms,
+                secs(Duration::from_secs_f64(floor / cores as f64)),
+            ),
+        ));
+    }
+    let total: f64 = r.sync_cpu.iter().map(|(_, s)| s).sum();
     checks.push(Check::info(
         format!("{name}: CPU seconds of the first sync"),
         format!(
