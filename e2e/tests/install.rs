@@ -329,8 +329,8 @@ async fn the_installed_chart_is_ready_at_once_and_runs_the_core_loop() -> anyhow
     Ok(())
 }
 
-/// `helm upgrade` to a new image tag while pushes arrive: the old Pod is gone before the new
-/// one exists (Recreate: at no moment two processes that could push), and every push is
+/// `helm upgrade` to a new image tag while pushes arrive: the old Pod has stopped before the
+/// new one exists (Recreate: at no moment two processes that could push), and every push is
 /// committed exactly once.
 #[tokio::test]
 async fn helm_upgrade_while_pushes_arrive_has_one_writer_and_loses_nothing() -> anyhow::Result<()> {
@@ -341,8 +341,9 @@ async fn helm_upgrade_while_pushes_arrive_has_one_writer_and_loses_nothing() -> 
     let before = it.pods().await?;
     assert_eq!(before.len(), 1);
 
-    // Every Pod object of the release, from a watch: with Recreate the old one is gone
-    // (its process stopped, the Pod deleted) before the new one is created.
+    // Every Pod of the release, from a watch: with Recreate the old one is gone (its
+    // containers stopped: the Pod deleted or in a terminal phase) before the new one is
+    // created.
     let pods = it.pods.clone();
     let selector = format!("app.kubernetes.io/instance={}", it.release.name);
     let overlap = tokio::spawn(async move {
@@ -356,12 +357,23 @@ async fn helm_upgrade_while_pushes_arrive_has_one_writer_and_loses_nothing() -> 
         while let Some(Ok(event)) = stream.next().await {
             match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    alive.insert(p.metadata.name.unwrap_or_default());
+                    // A Pod in a terminal phase has no running container: Recreate
+                    // creates the new Pod once the old one got there, which may be
+                    // before the kubelet deletes the old object.
+                    let name = p.metadata.name.unwrap_or_default();
+                    let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+                    if phase == "Succeeded" || phase == "Failed" {
+                        alive.remove(&name);
+                    } else {
+                        alive.insert(name);
+                    }
                 }
                 watcher::Event::Delete(p) => {
                     alive.remove(&p.metadata.name.unwrap_or_default());
                 }
-                _ => {}
+                // A relist after a lost watch names every Pod again.
+                watcher::Event::Init => alive.clear(),
+                watcher::Event::InitDone => {}
             }
             if alive.len() > most {
                 most = alive.len();
