@@ -158,7 +158,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(report) = peer_report {
         println!("{report}");
     }
-    print!("{}", render_table(&checks));
+    if !checks.is_empty() {
+        print!("{}", render_table(&checks));
+    }
     Ok(())
 }
 
