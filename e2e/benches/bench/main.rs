@@ -349,7 +349,8 @@ fn watch_checks(
         checks.push(Check::info(
             format!("{name}: the ground's floor under the first sync"),
             format!(
-                "{} status writes × {:.2} ms of API-server and etcd CPU (the `apiserver` rows) =                  {floor:.0} CPU-s, {} on {cores} cores with nothing else running",
+                "{} status writes × {:.2} ms of API-server and etcd CPU (the `apiserver` rows) = \
+                 {floor:.0} CPU-s, {} on {cores} cores with nothing else running",
                 thousands(p.watches as u64),
                 write.apiserver_ms + write.etcd_ms,
                 secs(Duration::from_secs_f64(floor / cores as f64)),
@@ -379,6 +380,26 @@ fn watch_checks(
     checks.push(Check::info(
         format!("{name}: API requests of the first sync"),
         r.sync_api.summary(common::API_RESOURCES),
+    ));
+    let restart = &r.restart;
+    checks.push(Check::info(
+        format!("{name}: first sync after a restart (SIGTERM, a new process; every status already written)"),
+        format!(
+            "{}: {} reconciles, {} tag lists over {} repositories, {} manifest HEADs, {} commits; CPU seconds {}; API requests: {}",
+            secs(restart.resync),
+            thousands(restart.reconciles as u64),
+            thousands(restart.requests.tag_list_total()),
+            thousands(restart.requests.tag_lists.len() as u64),
+            thousands(restart.requests.manifest_heads),
+            restart.commits,
+            restart
+                .cpu
+                .iter()
+                .map(|(process, seconds)| format!("{process} {seconds:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            restart.api.summary(common::API_RESOURCES),
+        ),
     ));
     checks.push(target(
         format!("{name}: operator peak RSS"),

@@ -17,6 +17,11 @@
 //! share "at `interval`" is the CPU time of one cycle over `interval`: when the operator
 //! stretches a cycle beyond its interval (waiting on rate limits), the per-interval cost is
 //! still charged to one interval.
+//!
+//! Last, a restart as an upgrade does it: the operator gets SIGTERM and a new process starts
+//! on watches that already hold their status. Measured from the new process's start until it
+//! has reconciled W watches and listed every repository once: the first sync when the status
+//! writes are already done.
 
 use std::{
     sync::Arc,
@@ -93,6 +98,25 @@ pub struct WatchResult {
     pub peak_rss_kib: u64,
     /// Most file descriptors (mostly sockets) the operator held at once, sampled every 200 ms.
     pub peak_fds: usize,
+    /// The first sync of a restarted operator.
+    pub restart: Restart,
+}
+
+/// A restarted operator's first sync, over watches that already hold their status.
+#[derive(Debug)]
+pub struct Restart {
+    /// New process start → W reconciles done and every repository listed.
+    pub resync: Duration,
+    /// Reconciles the new process counted by then.
+    pub reconciles: f64,
+    /// Its registry requests by then.
+    pub requests: RegistryRequests,
+    /// API requests served by then.
+    pub api: ApiRequests,
+    /// CPU seconds per process by then (operator, API server, etcd, registry).
+    pub cpu: Vec<(&'static str, f64)>,
+    /// Commits by then (expected: none).
+    pub commits: usize,
 }
 
 /// Token lifetime of the bench's token server (longer than a cycle, like most registries').
@@ -315,6 +339,83 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
     };
     let cpu_percent = 100.0 * window_cpu_seconds * per_cycle / plan.interval.as_secs_f64();
     fd_sampler.abort();
+    anyhow::ensure!(
+        operator.terminate(Duration::from_secs(30))?,
+        "the operator did not stop on SIGTERM:\n{}",
+        operator.log_tail(30)
+    );
+
+    // The restart: a new process over watches that hold their status.
+    eprintln!("bench:   restarting the operator …");
+    let restart_ground = [
+        ("kube-apiserver", ground_pid(&setup, "kube-apiserver")),
+        ("etcd", ground_pid(&setup, "etcd")),
+        ("registry", Some(registry.pid())),
+    ];
+    let restart_before: Vec<Option<u64>> =
+        restart_ground.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let api_before_restart = setup.api_requests().await?;
+    let commits_before_restart = setup.commit_count()?;
+    let log_before_restart = file_len(&log);
+    let restarted = Instant::now();
+    let mut operator = setup.start_operator(&[
+        "--insecure-registry",
+        &host,
+        "--insecure-registry",
+        &registry.token_host,
+    ])?;
+    let restart_pid = operator
+        .pid()
+        .ok_or_else(|| anyhow::anyhow!("no operator"))?;
+    let (resync, restart_reconciles, restart_requests) = loop {
+        anyhow::ensure!(
+            operator.is_running(),
+            "the restarted operator exited:\n{}",
+            operator.log_tail(30)
+        );
+        anyhow::ensure!(
+            restarted.elapsed() < Duration::from_secs(3600),
+            "the restarted operator did not reconcile every watch within an hour"
+        );
+        // Unreachable until the metrics listener is up: not yet started, not an error.
+        let done = reconciles(&operator).await.unwrap_or(0.0);
+        let requests = count_registry_requests(
+            &read_range(&log, log_before_restart, file_len(&log))?,
+            IMAGEWATCH_AGENT,
+        );
+        if done >= plan.watches as f64 && requests.tag_lists.len() >= plan.repositories {
+            break (restarted.elapsed(), done, requests);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let restart_api = setup.api_requests().await?.since(&api_before_restart);
+    let mut restart_cpu: Vec<(&'static str, f64)> = Vec::new();
+    if let Some(spent) = cpu_ticks(Some(restart_pid)) {
+        restart_cpu.push(("operator", spent as f64 / ticks as f64));
+    }
+    for ((name, pid), before) in restart_ground.iter().zip(&restart_before) {
+        if let Some(spent) = cpu_ticks(*pid)
+            .zip(*before)
+            .map(|(now, then)| now.saturating_sub(then))
+        {
+            restart_cpu.push((name, spent as f64 / ticks as f64));
+        }
+    }
+    let restart_commits = setup.commit_count()? - commits_before_restart;
+    // Every watch still holds its status: the restart changed nothing it should not have.
+    setup
+        .wait_watches(
+            plan.watches,
+            "Ready=True UpToDate after the restart",
+            Duration::from_secs(300),
+            up_to_date,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", operator.log_tail(30)))?;
+    eprintln!(
+        "bench:   restarted operator reconciled every watch in {:.1} s",
+        resync.as_secs_f64()
+    );
     operator.kill();
     eprintln!("bench:   deleting the ImageWatches …");
     setup.delete_watches().await;
@@ -337,6 +438,14 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         rss_after_sync_kib: before.rss_kib,
         peak_rss_kib: after.hwm_kib,
         peak_fds: peak_fds.load(std::sync::atomic::Ordering::Relaxed),
+        restart: Restart {
+            resync,
+            reconciles: restart_reconciles,
+            requests: restart_requests,
+            api: restart_api,
+            cpu: restart_cpu,
+            commits: restart_commits,
+        },
     })
 }
 
