@@ -6,7 +6,7 @@
 # IMAGEWATCH_BENCH_IU names its binary (built by peer-build.sh; skipped otherwise), push →
 # commit latency for 1, 27 and 1,000 pushes, the API server's CPU per ImageWatch status write
 # (the floor under a first sync), then 50,000 ImageWatches over 5,000 repositories for one
-# 5-minute cycle. Sizes and scenarios: see the variables in
+# 5-minute cycle and an operator restart over them. Sizes and scenarios: see the variables in
 # e2e/benches/bench/main.rs, e.g.
 #   IMAGEWATCH_BENCH=pushes IMAGEWATCH_BENCH_PUSHES=1,27 just bench
 #   IMAGEWATCH_BENCH=watches IMAGEWATCH_BENCH_WATCHES=1000 IMAGEWATCH_BENCH_REPOS=100 \
