@@ -299,6 +299,40 @@ pub fn cpu_ticks(pid: Option<u32>) -> Option<u64> {
     imagewatch_e2e::bench::cpu_ticks(&std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?)
 }
 
+/// The CPU ticks of some processes at one moment, to tell what each used since.
+pub struct CpuMark(Vec<(&'static str, Option<u32>, Option<u64>)>);
+
+impl CpuMark {
+    /// Marks `processes` (name, pid) now.
+    pub fn now(processes: &[(&'static str, Option<u32>)]) -> Self {
+        Self(
+            processes
+                .iter()
+                .map(|(name, pid)| (*name, *pid, cpu_ticks(*pid)))
+                .collect(),
+        )
+    }
+
+    /// Adds, first, a process started after the mark: all of its CPU counts.
+    pub fn with_new(mut self, name: &'static str, pid: u32) -> Self {
+        self.0.insert(0, (name, Some(pid), Some(0)));
+        self
+    }
+
+    /// CPU seconds each process used since the mark; one that is gone or has no pid is left
+    /// out.
+    pub fn seconds(&self) -> Vec<(&'static str, f64)> {
+        let ticks = clock_ticks() as f64;
+        self.0
+            .iter()
+            .filter_map(|(name, pid, before)| {
+                let spent = cpu_ticks(*pid)?.checked_sub((*before)?)?;
+                Some((*name, spent as f64 / ticks))
+            })
+            .collect()
+    }
+}
+
 /// `CLK_TCK` (clock ticks per second of `/proc/PID/stat`).
 pub fn clock_ticks() -> u64 {
     std::process::Command::new("getconf")

@@ -30,8 +30,8 @@ use imagewatch_e2e::{
 };
 
 use crate::common::{
-    Setup, applied_tag, clock_ticks, cpu_ticks, deployment, file_len, ground_pid, manifest_path,
-    read_range, up_to_date, watch_object,
+    CpuMark, Setup, applied_tag, deployment, file_len, ground_pid, manifest_path, read_range,
+    up_to_date, watch_object,
 };
 
 /// One push scenario's size.
@@ -387,7 +387,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         ("git server", ground_pid(&setup, "git-https")),
     ];
     let api_before = setup.api_requests().await?;
-    let cpu_before: Vec<Option<u64>> = processes.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let cpu_mark = CpuMark::now(&processes);
     let started = Instant::now();
     let pushed: HashMap<usize, Instant> = futures::stream::iter(0..n)
         .map(|i| {
@@ -408,15 +408,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         .max()
         .map_or(Duration::ZERO, |t| t.duration_since(started));
     let seen = probe.await??;
-    let ticks = clock_ticks() as f64;
-    let cpu = processes
-        .iter()
-        .zip(cpu_before)
-        .filter_map(|((name, pid), before)| {
-            let spent = cpu_ticks(*pid)?.checked_sub(before?)?;
-            Some((*name, spent as f64 / ticks))
-        })
-        .collect();
+    let cpu = cpu_mark.seconds();
     let samples: Vec<Duration> = seen
         .iter()
         .map(|(i, at)| at.saturating_duration_since(pushed[i]))

@@ -39,7 +39,7 @@ use imagewatch_e2e::{
 };
 
 use crate::common::{
-    Setup, clock_ticks, cpu_ticks, deployment, file_len, ground_pid, manifest_path, read_range,
+    CpuMark, Setup, clock_ticks, deployment, file_len, ground_pid, manifest_path, read_range,
     up_to_date, watch_object,
 };
 
@@ -207,15 +207,18 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         ("driver", Some(std::process::id())),
         ("registry", Some(registry.pid())),
     ];
-    let ground_before: Vec<Option<u64>> = ground.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    let cpu_mark = CpuMark::now(&ground);
     let api_before = setup.api_requests().await?;
+    let start_operator = || {
+        setup.start_operator(&[
+            "--insecure-registry",
+            &host,
+            "--insecure-registry",
+            &registry.token_host,
+        ])
+    };
     let operator_started = Instant::now();
-    let mut operator = setup.start_operator(&[
-        "--insecure-registry",
-        &host,
-        "--insecure-registry",
-        &registry.token_host,
-    ])?;
+    let mut operator = start_operator()?;
     let pid = operator
         .pid()
         .ok_or_else(|| anyhow::anyhow!("no operator"))?;
@@ -242,19 +245,7 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
     let first_sync = operator_started.elapsed();
     let api_synced = setup.api_requests().await?;
     eprintln!("bench:   first sync in {:.1} s", first_sync.as_secs_f64());
-    let ticks = clock_ticks() as f64;
-    let mut sync_cpu: Vec<(&'static str, f64)> = Vec::new();
-    if let Some(spent) = cpu_ticks(Some(pid)) {
-        sync_cpu.push(("operator", spent as f64 / ticks));
-    }
-    for ((name, pid), before) in ground.iter().zip(&ground_before) {
-        if let Some(spent) = cpu_ticks(*pid)
-            .zip(*before)
-            .map(|(now, then)| now.saturating_sub(then))
-        {
-            sync_cpu.push((name, spent as f64 / ticks));
-        }
-    }
+    let sync_cpu = cpu_mark.with_new("operator", pid).seconds();
 
     // The first sync's reconciles (and those its own status writes trigger) die down.
     let mut last = reconciles(&operator).await?;
@@ -347,23 +338,16 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
 
     // The restart: a new process over watches that hold their status.
     eprintln!("bench:   restarting the operator …");
-    let restart_ground = [
+    let restart_mark = CpuMark::now(&[
         ("kube-apiserver", ground_pid(&setup, "kube-apiserver")),
         ("etcd", ground_pid(&setup, "etcd")),
         ("registry", Some(registry.pid())),
-    ];
-    let restart_before: Vec<Option<u64>> =
-        restart_ground.iter().map(|(_, p)| cpu_ticks(*p)).collect();
+    ]);
     let api_before_restart = setup.api_requests().await?;
     let commits_before_restart = setup.commit_count()?;
     let log_before_restart = file_len(&log);
     let restarted = Instant::now();
-    let mut operator = setup.start_operator(&[
-        "--insecure-registry",
-        &host,
-        "--insecure-registry",
-        &registry.token_host,
-    ])?;
+    let mut operator = start_operator()?;
     let restart_pid = operator
         .pid()
         .ok_or_else(|| anyhow::anyhow!("no operator"))?;
@@ -379,28 +363,20 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         );
         // Unreachable until the metrics listener is up: not yet started, not an error.
         let done = reconciles(&operator).await.unwrap_or(0.0);
-        let requests = count_registry_requests(
-            &read_range(&log, log_before_restart, file_len(&log))?,
-            IMAGEWATCH_AGENT,
-        );
-        if done >= plan.watches as f64 && requests.tag_lists.len() >= plan.repositories {
-            break (restarted.elapsed(), done, requests);
+        // The registry's log is read only once every watch has been reconciled.
+        if done >= plan.watches as f64 {
+            let requests = count_registry_requests(
+                &read_range(&log, log_before_restart, file_len(&log))?,
+                IMAGEWATCH_AGENT,
+            );
+            if requests.tag_lists.len() >= plan.repositories {
+                break (restarted.elapsed(), done, requests);
+            }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     let restart_api = setup.api_requests().await?.since(&api_before_restart);
-    let mut restart_cpu: Vec<(&'static str, f64)> = Vec::new();
-    if let Some(spent) = cpu_ticks(Some(restart_pid)) {
-        restart_cpu.push(("operator", spent as f64 / ticks as f64));
-    }
-    for ((name, pid), before) in restart_ground.iter().zip(&restart_before) {
-        if let Some(spent) = cpu_ticks(*pid)
-            .zip(*before)
-            .map(|(now, then)| now.saturating_sub(then))
-        {
-            restart_cpu.push((name, spent as f64 / ticks as f64));
-        }
-    }
+    let restart_cpu = restart_mark.with_new("operator", restart_pid).seconds();
     let restart_commits = setup.commit_count()? - commits_before_restart;
     // Every watch still holds its status: the restart changed nothing it should not have.
     setup
