@@ -77,7 +77,7 @@ go_build_bins() {
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kver -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   (
     cd "$MODDIR"
-    export GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOPROXY=${GOPROXY:-https://proxy.golang.org}
+    export GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOPROXY=${GOPROXY:?set GOPROXY=<your Go module proxy>}
     GOPROXY=${GOPROXY%%,*}
     for name in "$@"; do
       if [[ $name == etcd ]]; then

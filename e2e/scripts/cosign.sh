@@ -34,7 +34,7 @@ cmd_build() {
   local t0=$SECONDS
   (
     export GOTOOLCHAIN=local GOBIN="$tmp" GOFLAGS=-trimpath
-    export GOPROXY=${GOPROXY:-https://proxy.golang.org}
+    export GOPROXY=${GOPROXY:?set GOPROXY=<your Go module proxy>}
     nice -n 10 "$go" install -ldflags "-s -w" "$MODULE@$VERSION"
   ) >&2 || { rm -rf "$tmp"; die "go install of cosign failed"; }
   mv -f "$tmp/cosign" "$BIN/cosign"

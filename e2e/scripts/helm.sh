@@ -31,9 +31,10 @@ cmd_build() {
   (
     cd "$MODDIR"
     export GOTOOLCHAIN=local GOFLAGS=-mod=readonly
-    "$go" build -trimpath -ldflags "-s -w" -o "$BIN/helm.new" helm.sh/helm/v3/cmd/helm
-  ) >&2 || die "go build of helm failed"
-  mv -f "$BIN/helm.new" "$BIN/helm"
+    "$go" build -trimpath -ldflags "-s -w" -o "$BIN/helm.new.$$" helm.sh/helm/v3/cmd/helm
+  ) >&2 || { rm -f "$BIN/helm.new.$$"; die "go build of helm failed"; }
+  # A name of this build's own: two builds at once (two test runs) each move a whole file.
+  mv -f "$BIN/helm.new.$$" "$BIN/helm"
   echo "$stamp" >"$BIN/.helm-stamp"
   log "built in $((SECONDS - t0))s"
 }

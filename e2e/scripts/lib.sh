@@ -20,12 +20,13 @@ PIDS="$STATE/pids"
 PYTHON=${PYTHON:-python3}
 # Go modules come from the module proxy alone: the default list ends in ",direct", which makes
 # `go` try a module's source host when the proxy refuses it, and that is not on loopback.
+# Without a proxy the Go builds stop with a message (set GOPROXY=<your Go module proxy>).
 if [[ -z ${GOPROXY:-} ]]; then
-  GOPROXY=$( (command -v go >/dev/null && go env GOPROXY) || echo https://proxy.golang.org)
+  GOPROXY=$( (command -v go >/dev/null && go env GOPROXY) || true)
 fi
 GOPROXY=${GOPROXY%%,direct*}
 GOPROXY=${GOPROXY%%|direct*}
-[[ -z $GOPROXY || $GOPROXY == direct ]] && GOPROXY=https://proxy.golang.org
+[[ $GOPROXY == direct || $GOPROXY == off ]] && GOPROXY=
 export GOPROXY
 # No job control: background children must not become process-group leaders
 # before setsid runs (otherwise setsid forks and $! would not be the service).

@@ -12,7 +12,7 @@
 # The v1.3.0 module pins github.com/argoproj/argo-cd/gitops-engine at a pseudo-version the Go
 # module proxy refuses; that one `replace` is pointed at ARGOCD_SRC/gitops-engine (the same
 # commit the pseudo-version names). Everything else comes from the proxy
-# (GOPROXY=https://proxy.golang.org, no direct fallback). Prints the binary's path,
+# (GOPROXY, without the direct fallback). Prints the binary's path,
 # IU_SRC/argocd-image-updater; run the benchmark with IMAGEWATCH_BENCH_IU=<that path>
 # IMAGEWATCH_BENCH_ARGOCD_SRC=ARGOCD_SRC.
 set -euo pipefail
@@ -33,7 +33,7 @@ version=$(cat "$iu/VERSION")
 go=$(command -v go || echo /usr/local/go/bin/go)
 cd "$iu"
 "$go" mod edit -replace "github.com/argoproj/argo-cd/gitops-engine=$argocd/gitops-engine"
-export GOPROXY=${GOPROXY:-https://proxy.golang.org} GOFLAGS=${GOFLAGS:--mod=mod}
+export GOPROXY=${GOPROXY:?set GOPROXY=<your Go module proxy>} GOFLAGS=${GOFLAGS:--mod=mod}
 pkg=github.com/argoproj-labs/argocd-image-updater/pkg/version
 log "building argocd-image-updater $version in $iu (GOPROXY=$GOPROXY)"
 CGO_ENABLED=0 nice -n 5 "$go" build \
