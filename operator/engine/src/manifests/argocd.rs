@@ -18,8 +18,12 @@
 //! Kustomize images (the main case): the string whose name is the target's
 //! image (`name=ref`, or a bare `ref` whose repository is the name) is
 //! rewritten; a bare `ref` stays bare while the repository stays the same.
-//! A missing string is appended as `name=ref` (creating `kustomize.images`,
-//! or the whole file with just that, when needed).
+//! A missing string is appended (creating `kustomize.images`, or the whole file
+//! with just that, when needed): as `name=ref` for a whole new image, and as
+//! `name:tag` for a new tag alone. Argo CD passes each string to
+//! `kustomize edit set image`, where `name=ref` also sets the entry's `newName`
+//! and `name:tag` sets only `newTag`: an overlay whose `images[]` renames `name`
+//! to a registry's repository keeps that repository only in the second form.
 //!
 //! Helm parameters: when `helm.parameters` has an entry named `<image>.tag`
 //! or `image.tag`, its `value` gets the new tag, and for a full new image an
@@ -87,6 +91,11 @@ pub(crate) fn plan<N: AsRef<str>>(
         }
     };
 
+    // A string for an image that has none yet.
+    let added_entry = |new: &str| match change {
+        ImageChange::Tag(tag) => format!("{image}:{tag}"),
+        ImageChange::Image(_) => format!("{image}={new}"),
+    };
     let Some((index, name, text)) = find_file(files, file) else {
         // Create the file with just this image.
         let new = new_ref(None)?;
@@ -99,7 +108,7 @@ pub(crate) fn plan<N: AsRef<str>>(
             "kustomize",
             &Value::Map(vec![(
                 "images".into(),
-                Value::Seq(vec![Value::str(format!("{image}={new}"))]),
+                Value::Seq(vec![Value::str(added_entry(&new))]),
             )]),
             0,
         );
@@ -184,6 +193,8 @@ pub(crate) fn plan<N: AsRef<str>>(
             && ImageRef::parse(&new).is_ok_and(|r| r.repository() == image);
         let new_entry = if bare {
             new.clone()
+        } else if old_entry.is_none() {
+            added_entry(&new)
         } else {
             format!("{image}={new}")
         };
@@ -394,33 +405,64 @@ mod tests {
         let tag = || ImageChange::Tag("v2".to_owned());
         assert_eq!(
             run(Some(""), tag()).unwrap().unwrap(),
-            "kustomize:\n  images:\n  - web=web:v2\n"
+            "kustomize:\n  images:\n  - web:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  namePrefix: p-\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize:\n  namePrefix: p-\n  images:\n  - web=web:v2\n"
+            "kustomize:\n  namePrefix: p-\n  images:\n  - web:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n"), tag()).unwrap().unwrap(),
-            "kustomize:\n  images:\n  - web=web:v2\n"
+            "kustomize:\n  images:\n  - web:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  images:\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize:\n  images:\n  - web=web:v2\n"
+            "kustomize:\n  images:\n  - web:v2\n"
         );
         assert_eq!(
             run(Some("kustomize: {images: [db:1]}\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize: {images: [db:1, web=web:v2]}\n"
+            "kustomize: {images: [db:1, web:v2]}\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  images:\n  - web=web:v2\n"), tag()).unwrap(),
             None
+        );
+    }
+
+    /// `kustomize edit set image web=web:v2` would replace the overlay's `newName` (a
+    /// rename of `web` to a registry's repository) with `web`; `web:v2` sets the tag alone.
+    #[test]
+    fn a_new_tag_alone_keeps_the_overlays_new_name() {
+        let tag = ImageChange::Tag("v1.2.5".to_owned());
+        assert_eq!(
+            run(None, tag.clone()).unwrap().unwrap(),
+            "kustomize:\n  images:\n  - web:v1.2.5\n"
+        );
+        // A whole image names its repository.
+        assert_eq!(
+            run(
+                None,
+                ImageChange::Image("registry.example.com/web:v1.2.5".into())
+            )
+            .unwrap()
+            .unwrap(),
+            "kustomize:\n  images:\n  - web=registry.example.com/web:v1.2.5\n"
+        );
+        // An entry that already names a repository keeps it.
+        assert_eq!(
+            run(
+                Some("kustomize:\n  images:\n  - web=registry.example.com/web:v1.2.4\n"),
+                tag
+            )
+            .unwrap()
+            .unwrap(),
+            "kustomize:\n  images:\n  - web=registry.example.com/web:v1.2.5\n"
         );
     }
 
