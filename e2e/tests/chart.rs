@@ -2,8 +2,9 @@
 //! apiserver: lint, render with default values and with every option on, the values schema
 //! refusing bad values, a server-side dry run of everything rendered, the security settings
 //! of the pod, the env the Deployment passes being flags `imagewatch run` knows (and parses),
-//! the CRDs being exactly what the binary generates, and the release image's Dockerfile and
-//! binary.
+//! the RBAC of watched namespaces and of Argo CD refresh (rendered, and asked of the apiserver
+//! with `kubectl auth can-i`), the CRDs being exactly what the binary generates, and the
+//! release image's Dockerfile and binary.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -53,7 +54,7 @@ aws: {region: ap-northeast-1, endpointUrl: "https://vpce-0123.ecr.ap-northeast-1
 sqs:
   queueUrl: https://sqs.ap-northeast-1.amazonaws.com/123456789012/imagewatch
   defaultAccount: "123456789012"
-argocd: {namespace: gitops}
+argocd: {namespace: gitops, refresh: true}
 logFormat: text
 logLevel: "info,imagewatch=debug"
 metrics: {bindAddress: "::"}
@@ -154,6 +155,38 @@ fn container_env(deployment: &Value) -> BTreeMap<String, String> {
             };
             (name, value)
         })
+        .collect()
+}
+
+/// The RBAC objects of a render (Roles, ClusterRoles and their bindings), each as JSON text.
+fn rbac(docs: &[Value]) -> BTreeSet<String> {
+    let kinds = ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"];
+    docs.iter()
+        .filter(|d| kinds.iter().any(|k| d["kind"] == *k))
+        .map(Value::to_string)
+        .collect()
+}
+
+/// Whether a rule covers `resource`.
+fn covers(rule: &Value, resource: &str) -> bool {
+    rule["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r == resource)
+}
+
+/// The verbs a Role or ClusterRole grants on argoproj.io `applications`.
+fn application_verbs(role: &Value) -> BTreeSet<String> {
+    role["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["apiGroups"] == serde_json::json!(["argoproj.io"]))
+        .filter(|r| covers(r, "applications"))
+        .flat_map(|r| r["verbs"].as_array().into_iter().flatten())
+        .filter_map(Value::as_str)
+        .map(str::to_string)
         .collect()
 }
 
@@ -295,6 +328,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         ),
         ("IMAGEWATCH_SQS_DEFAULT_ACCOUNT", "123456789012"),
         ("IMAGEWATCH_ARGOCD_NAMESPACE", "gitops"),
+        ("IMAGEWATCH_ARGOCD_REFRESH", "true"),
         (
             "IMAGEWATCH_REGISTRIES_CONFIG",
             "/etc/imagewatch/registries/registries.yaml",
@@ -445,7 +479,8 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(3));
 
     // The RBAC stays least-privilege: no wildcard, no write verb on anything but status,
-    // Events and Leases — except `patch` alone on PromotionPolicies (their finalizer).
+    // Events and Leases — except `patch` alone on PromotionPolicies (their finalizer) and
+    // `patch` on Applications in Argo CD's namespace (the refresh annotation).
     for role in kind(&docs, "ClusterRole")
         .into_iter()
         .chain(kind(&docs, "Role"))
@@ -471,9 +506,16 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
                 // The finalizers held while a pull request is open.
                 let finalizer = resources == ["imagewatches", "promotionpolicies"]
                     && rule["verbs"] == serde_json::json!(["patch"]);
+                // argocd.refresh: annotating Applications, in Argo CD's namespace only.
+                let refresh = role["kind"] == "Role"
+                    && role["metadata"]["namespace"] == "gitops"
+                    && rule["apiGroups"] == serde_json::json!(["argoproj.io"])
+                    && resources == ["applications"]
+                    && rule["verbs"] == serde_json::json!(["get", "list", "watch", "patch"]);
                 assert!(
                     peer_token
                         || finalizer
+                        || refresh
                         || resources
                             .iter()
                             .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
@@ -487,16 +529,22 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         }
     }
 
-    // Without Git locations from Argo CD: no Application access and no Secret listing.
+    // Without Git locations from Argo CD (nor refresh): no Application access and no Secret
+    // listing.
     let narrow = values_file(
         tmp.path(),
         "narrow.yaml",
-        "rbac: {gitFromArgocd: false, argocdApplications: false}",
+        "rbac: {gitFromArgocd: false, argocdApplications: false}\nargocd: {refresh: false}",
     )?;
     let docs = documents(&render("iw", "imagewatch-system", &[&narrow])?)?;
     let rules = one(&docs, "ClusterRole")?["rules"].clone();
-    let text = rules.to_string();
-    assert!(!text.contains("argoproj.io"), "{text}");
+    for role in kind(&docs, "ClusterRole")
+        .into_iter()
+        .chain(kind(&docs, "Role"))
+    {
+        let text = role["rules"].to_string();
+        assert!(!text.contains("argoproj.io"), "{text}");
+    }
     // Promotion gates alone keep `get` on Applications, without listing Secrets.
     let gates = values_file(tmp.path(), "gates.yaml", "rbac: {gitFromArgocd: false}")?;
     let docs = documents(&render("iw", "imagewatch-system", &[&gates])?)?;
@@ -612,6 +660,166 @@ fn several_replicas_need_shards_and_get_the_lease_settings() -> anyhow::Result<(
     Ok(())
 }
 
+/// `watchNamespace: team-b` narrows the RBAC exactly like `watchNamespaces: [team-b]`: a Role
+/// and RoleBinding there, and no ClusterRole through which the operator could read the
+/// Secrets of another namespace.
+#[test]
+fn the_single_watch_namespace_narrows_the_rbac_like_the_list() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let single = values_file(tmp.path(), "single.yaml", "watchNamespace: team-b")?;
+    let list = values_file(tmp.path(), "list.yaml", "watchNamespaces: [team-b]")?;
+    let single_docs = documents(&render("iw", "imagewatch-system", &[&single])?)?;
+    let list_docs = documents(&render("iw", "imagewatch-system", &[&list])?)?;
+    assert_eq!(rbac(&single_docs), rbac(&list_docs));
+    for docs in [&single_docs, &list_docs] {
+        assert!(kind(docs, "ClusterRole").is_empty(), "a ClusterRole");
+        assert!(
+            kind(docs, "ClusterRoleBinding").is_empty(),
+            "a ClusterRoleBinding"
+        );
+        let env = container_env(one(docs, "Deployment")?);
+        assert_eq!(env["IMAGEWATCH_NAMESPACE"], "team-b");
+        for k in ["Role", "RoleBinding"] {
+            let there = kind(docs, k)
+                .into_iter()
+                .filter(|d| d["metadata"]["name"] == "iw-imagewatch")
+                .map(|d| d["metadata"]["namespace"].clone())
+                .collect::<Vec<_>>();
+            assert_eq!(there, ["team-b"], "{k}");
+        }
+        // Secrets: in team-b, and the webhook Secret in the release namespace.
+        for role in kind(docs, "Role") {
+            let mut rules = role["rules"].as_array().into_iter().flatten();
+            if rules.any(|r| covers(r, "secrets")) {
+                let ns = role["metadata"]["namespace"].as_str().unwrap_or_default();
+                assert!(ns == "team-b" || ns == "imagewatch-system", "{role}");
+            }
+        }
+    }
+
+    // Both forms together: the union, each namespace once.
+    let both = values_file(
+        tmp.path(),
+        "both.yaml",
+        "watchNamespaces: [team-a, team-b]\nwatchNamespace: team-b",
+    )?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&both])?)?;
+    let namespaces: Vec<&str> = kind(&docs, "Role")
+        .into_iter()
+        .filter(|d| d["metadata"]["name"] == "iw-imagewatch")
+        .filter_map(|d| d["metadata"]["namespace"].as_str())
+        .collect();
+    assert_eq!(
+        namespaces.iter().copied().collect::<BTreeSet<_>>(),
+        BTreeSet::from(["team-a", "team-b"])
+    );
+    assert_eq!(namespaces.len(), 2, "{namespaces:?}");
+    assert!(kind(&docs, "ClusterRole").is_empty());
+    let env = container_env(one(&docs, "Deployment")?);
+    assert_eq!(env["IMAGEWATCH_NAMESPACE"], "team-a,team-b");
+
+    // With the allow-list the one ClusterRole reads Namespaces, nothing else.
+    let allow = values_file(
+        tmp.path(),
+        "allow.yaml",
+        "watchNamespace: team-b\nallowList: {enabled: true}",
+    )?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&allow])?)?;
+    for role in kind(&docs, "ClusterRole") {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            assert_eq!(
+                rule["resources"],
+                serde_json::json!(["namespaces"]),
+                "{role}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `argocd.refresh` (on by default): `get`, `list`, `watch` and `patch` on Applications in
+/// Argo CD's namespace, in the Role there, never cluster-wide, and the flag's env; off: no
+/// write, watch or list of Applications anywhere.
+#[test]
+fn argo_cd_refresh_is_granted_in_the_argocd_namespace_only() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let refresh: BTreeSet<String> = ["get", "list", "watch", "patch"]
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let argocd_role = |docs: &[Value]| {
+        kind(docs, "Role")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "iw-imagewatch-argocd")
+            .cloned()
+    };
+    let on = [
+        ("default.yaml", ""),
+        ("namespaced.yaml", "watchNamespaces: [team-b]"),
+        (
+            "no-reads.yaml",
+            "rbac: {gitFromArgocd: false, argocdApplications: false}",
+        ),
+        ("explicit.yaml", "argocd: {refresh: true}"),
+    ];
+    for (name, text) in on {
+        let file = values_file(tmp.path(), name, text)?;
+        let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
+        let role = argocd_role(&docs).with_context(|| format!("{text:?}: no argocd Role"))?;
+        assert_eq!(role["metadata"]["namespace"], "argocd", "{text:?}");
+        assert_eq!(application_verbs(&role), refresh, "{text:?}");
+        let binding = kind(&docs, "RoleBinding")
+            .into_iter()
+            .find(|b| b["metadata"]["name"] == "iw-imagewatch-argocd")
+            .with_context(|| format!("{text:?}: no argocd RoleBinding"))?;
+        assert_eq!(binding["metadata"]["namespace"], "argocd", "{text:?}");
+        assert_eq!(binding["subjects"][0]["name"], "iw-imagewatch", "{text:?}");
+        // Elsewhere at most `get` (watches without spec.git, promotion gates).
+        for other in kind(&docs, "ClusterRole")
+            .into_iter()
+            .chain(kind(&docs, "Role"))
+            .filter(|r| r["metadata"]["name"] != "iw-imagewatch-argocd")
+        {
+            let verbs = application_verbs(other);
+            assert!(verbs.iter().all(|v| v == "get"), "{text:?}: {other}");
+        }
+        let env = container_env(one(&docs, "Deployment")?);
+        assert_eq!(env["IMAGEWATCH_ARGOCD_REFRESH"], "true", "{text:?}");
+    }
+
+    let off = [
+        ("off.yaml", "argocd: {refresh: false}"),
+        (
+            "off-namespaced.yaml",
+            "argocd: {refresh: false}\nwatchNamespaces: [team-b]",
+        ),
+    ];
+    for (name, text) in off {
+        let file = values_file(tmp.path(), name, text)?;
+        let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
+        for role in kind(&docs, "ClusterRole")
+            .into_iter()
+            .chain(kind(&docs, "Role"))
+        {
+            let verbs = application_verbs(role);
+            for verb in ["patch", "watch", "list"] {
+                assert!(!verbs.contains(verb), "{text:?}: {verb} in {role}");
+            }
+        }
+        let env = container_env(one(&docs, "Deployment")?);
+        assert_eq!(env["IMAGEWATCH_ARGOCD_REFRESH"], "false", "{text:?}");
+    }
+    // Off with the ClusterRole: nothing at all in Argo CD's namespace.
+    let file = values_file(tmp.path(), "off.yaml", "argocd: {refresh: false}")?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
+    assert!(argocd_role(&docs).is_none());
+    assert!(
+        docs.iter().all(|d| d["metadata"]["namespace"] != "argocd"),
+        "something rendered in argocd"
+    );
+    Ok(())
+}
+
 /// Whether the apiserver serves `resource` (plural) of `group`.
 fn serves(ground: &Ground, group: &str, resource: &str) -> anyhow::Result<bool> {
     let (ok, out) =
@@ -640,12 +848,32 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
     let ground = Ground::get()?;
     ground.install_crds()?;
     let ns = TestNamespace::create(ground, "chart").await?;
+    // The chart's Roles outside the release namespace (Argo CD's, the watched one's) need
+    // their namespaces to exist.
+    let argocd = TestNamespace::create(ground, "chart-argocd").await?;
+    let watched = TestNamespace::create(ground, "chart-watched").await?;
     let tmp = tempfile::tempdir()?;
     let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
+    let namespaces = values_file(
+        tmp.path(),
+        "namespaces.yaml",
+        &format!("argocd: {{namespace: {}}}", argocd.name),
+    )?;
+    let all_namespaces = values_file(
+        tmp.path(),
+        "all-namespaces.yaml",
+        &format!(
+            "argocd: {{namespace: {}}}\nwatchNamespace: {}",
+            argocd.name, watched.name
+        ),
+    )?;
     let monitors = serves(ground, "monitoring.coreos.com", "servicemonitors")?;
     let rules = serves(ground, "monitoring.coreos.com", "prometheusrules")?;
     let release = format!("chart-{}", random_suffix());
-    for values in [vec![], vec![all.as_str()]] {
+    for values in [
+        vec![namespaces.as_str()],
+        vec![all.as_str(), all_namespaces.as_str()],
+    ] {
         let rendered = render(&release, &ns.name, &values)?;
         let docs: Vec<String> = split_documents(&rendered)
             .into_iter()
@@ -663,6 +891,80 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
             "server-side dry run refused the chart {values:?}:\n{out}"
         );
         assert_eq!(out.lines().count(), count, "{out}");
+    }
+    Ok(())
+}
+
+/// The part of Argo CD's Application CRD `kubectl auth can-i` needs to resolve the resource.
+const APPLICATION_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: applications.argoproj.io}
+spec:
+  group: argoproj.io
+  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// The chart's RBAC applied to the apiserver, asked with `kubectl auth can-i` as the
+/// ServiceAccount: `watchNamespace` and `watchNamespaces` both let it read Secrets in the
+/// watched namespace (and its webhook Secret) and nowhere else; Applications are refreshed in
+/// Argo CD's namespace only.
+#[tokio::test]
+async fn the_watched_namespace_rbac_holds_on_the_apiserver() -> anyhow::Result<()> {
+    let ground = Ground::get()?;
+    ground.install_crds()?;
+    // Created only when missing: a ground with Argo CD keeps its own CRD.
+    ground.kubectl_try(&["create", "-f", "-"], Some(APPLICATION_CRD))?;
+    ground.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/applications.argoproj.io",
+    ])?;
+    let op = TestNamespace::create(ground, "chart-op").await?;
+    let watched = TestNamespace::create(ground, "chart-team-b").await?;
+    let other = TestNamespace::create(ground, "chart-other").await?;
+    let argocd = TestNamespace::create(ground, "chart-argocd").await?;
+    let argocd_value = format!("argocd.namespace={}", argocd.name);
+    let forms = [
+        format!("watchNamespace={}", watched.name),
+        format!("watchNamespaces={{{}}}", watched.name),
+    ];
+    for form in &forms {
+        let release = format!("chart-{}", random_suffix());
+        ground.install_chart_rbac_with(&release, &op.name, &[form, &argocd_value])?;
+        let who = format!("system:serviceaccount:{}:{release}-imagewatch", op.name);
+        let can_i = |args: &[&str]| -> anyhow::Result<bool> {
+            let mut all = vec!["auth", "can-i", "--as", who.as_str()];
+            all.extend(args);
+            let (_, out) = ground.kubectl_try(&all, None)?;
+            Ok(out.trim_start().starts_with("yes"))
+        };
+        assert!(can_i(&["get", "secrets", "-n", &watched.name])?, "{form}");
+        assert!(can_i(&["get", "secrets", "-n", &op.name])?, "{form}");
+        assert!(!can_i(&["get", "secrets", "-n", &other.name])?, "{form}");
+        assert!(!can_i(&["get", "secrets", "-n", &argocd.name])?, "{form}");
+        assert!(!can_i(&["get", "secrets", "--all-namespaces"])?, "{form}");
+        let watches = "imagewatches.imagewatch.dev";
+        assert!(can_i(&["list", watches, "-n", &watched.name])?, "{form}");
+        assert!(!can_i(&["list", watches, "-n", &other.name])?, "{form}");
+        assert!(!can_i(&["list", watches, "--all-namespaces"])?, "{form}");
+        let application = "applications.argoproj.io";
+        for verb in ["patch", "watch", "list"] {
+            assert!(can_i(&[verb, application, "-n", &argocd.name])?, "{form}");
+            assert!(!can_i(&[verb, application, "-n", &watched.name])?, "{form}");
+            assert!(!can_i(&[verb, application, "--all-namespaces"])?, "{form}");
+        }
     }
     Ok(())
 }
