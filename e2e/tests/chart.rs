@@ -242,6 +242,64 @@ fn assert_pod_security(deployment: &Value) {
     assert!(mounts.contains(&"/tmp"), "{mounts:?}");
 }
 
+/// The RBAC of a render stays least-privilege: no wildcard, no write verb on anything but
+/// status, Events and Leases — except `patch` alone on PromotionPolicies (their finalizer) and
+/// `patch` on Applications (the refresh annotation) in the Role in `argocd_namespace` or in
+/// the release's ClusterRole.
+fn assert_least_privilege(docs: &[Value], argocd_namespace: &str) {
+    for role in kind(docs, "ClusterRole")
+        .into_iter()
+        .chain(kind(docs, "Role"))
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            let text = rule.to_string();
+            assert!(!text.contains('*'), "wildcard in {text}");
+            let writes = ["create", "update", "patch", "delete", "deletecollection"];
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let writes_something = rule["verbs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| writes.contains(&v.as_str().unwrap_or_default()));
+            if writes_something {
+                // The one Secret write: the namespaced Role creating the peer token (HA).
+                let peer_token = role["kind"] == "Role" && resources == ["secrets"];
+                // The finalizers held while a pull request is open.
+                let finalizer = resources == ["imagewatches", "promotionpolicies"]
+                    && rule["verbs"] == serde_json::json!(["patch"]);
+                // argocd.refresh: annotating Applications, in the Role in Argo CD's namespace
+                // (watched namespaces) or the ClusterRole (the cluster-wide install, which
+                // renders nothing in Argo CD's namespace).
+                let refresh = ((role["kind"] == "Role"
+                    && role["metadata"]["namespace"] == argocd_namespace)
+                    || (role["kind"] == "ClusterRole"
+                        && role["metadata"]["name"] == "iw-imagewatch"))
+                    && rule["apiGroups"] == serde_json::json!(["argoproj.io"])
+                    && resources == ["applications"]
+                    && rule["verbs"] == serde_json::json!(["get", "list", "watch", "patch"]);
+                assert!(
+                    peer_token
+                        || finalizer
+                        || refresh
+                        || resources
+                            .iter()
+                            .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
+                    "write access beyond status, events and leases: {text}"
+                );
+            }
+            assert!(
+                !(resources.contains(&"secrets") && text.contains("\"watch\"")),
+                "{text}"
+            );
+        }
+    }
+}
+
 #[test]
 fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
@@ -282,6 +340,13 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let env = container_env(deployment);
     assert_eq!(env["POD_NAMESPACE"], "fieldRef:metadata.namespace");
     assert_eq!(env["IMAGEWATCH_ARGOCD_NAMESPACE"], "argocd");
+    // Argo CD is never needed: nothing is rendered in its namespace, which may not exist.
+    for d in &docs {
+        assert_ne!(
+            d["metadata"]["namespace"], "argocd",
+            "rendered in argocd: {d}"
+        );
+    }
     for absent in [
         "IMAGEWATCH_WEBHOOK_ADDR",
         "IMAGEWATCH_SQS_QUEUE_URL",
@@ -478,56 +543,11 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     // Peers (replicas forwarding events), metrics, webhook.
     assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(3));
 
-    // The RBAC stays least-privilege: no wildcard, no write verb on anything but status,
-    // Events and Leases — except `patch` alone on PromotionPolicies (their finalizer) and
-    // `patch` on Applications in Argo CD's namespace (the refresh annotation).
-    for role in kind(&docs, "ClusterRole")
-        .into_iter()
-        .chain(kind(&docs, "Role"))
-    {
-        for rule in role["rules"].as_array().into_iter().flatten() {
-            let text = rule.to_string();
-            assert!(!text.contains('*'), "wildcard in {text}");
-            let writes = ["create", "update", "patch", "delete", "deletecollection"];
-            let resources: Vec<&str> = rule["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let writes_something = rule["verbs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|v| writes.contains(&v.as_str().unwrap_or_default()));
-            if writes_something {
-                // The one Secret write: the namespaced Role creating the peer token (HA).
-                let peer_token = role["kind"] == "Role" && resources == ["secrets"];
-                // The finalizers held while a pull request is open.
-                let finalizer = resources == ["imagewatches", "promotionpolicies"]
-                    && rule["verbs"] == serde_json::json!(["patch"]);
-                // argocd.refresh: annotating Applications, in Argo CD's namespace only.
-                let refresh = role["kind"] == "Role"
-                    && role["metadata"]["namespace"] == "gitops"
-                    && rule["apiGroups"] == serde_json::json!(["argoproj.io"])
-                    && resources == ["applications"]
-                    && rule["verbs"] == serde_json::json!(["get", "list", "watch", "patch"]);
-                assert!(
-                    peer_token
-                        || finalizer
-                        || refresh
-                        || resources
-                            .iter()
-                            .all(|r| r.ends_with("/status") || *r == "events" || *r == "leases"),
-                    "write access beyond status, events and leases: {text}"
-                );
-            }
-            assert!(
-                !(resources.contains(&"secrets") && text.contains("\"watch\"")),
-                "{text}"
-            );
-        }
-    }
+    // The RBAC stays least-privilege, with every option (watched namespaces) and by default
+    // (the ClusterRole).
+    assert_least_privilege(&docs, "gitops");
+    let default_docs = documents(&render("iw", "imagewatch-system", &[])?)?;
+    assert_least_privilege(&default_docs, "argocd");
 
     // Without Git locations from Argo CD (nor refresh): no Application access and no Secret
     // listing.
@@ -737,82 +757,143 @@ fn the_single_watch_namespace_narrows_the_rbac_like_the_list() -> anyhow::Result
     Ok(())
 }
 
-/// `argocd.refresh` (on by default): `get`, `list`, `watch` and `patch` on Applications in
-/// Argo CD's namespace, in the Role there, never cluster-wide, and the flag's env; off: no
-/// write, watch or list of Applications anywhere.
+/// `argocd.refresh` (on by default): `get`, `list`, `watch` and `patch` on Applications, and
+/// the flag's env. Cluster-wide (no watched namespaces) in the ClusterRole, with nothing
+/// rendered in Argo CD's namespace, so a cluster without Argo CD installs the chart; with
+/// watched namespaces in the Role in Argo CD's namespace only. Off: no write or watch of
+/// Applications anywhere, and no `list` but the allow-list's (`gitFrom: ArgocdProject`).
 #[test]
-fn argo_cd_refresh_is_granted_in_the_argocd_namespace_only() -> anyhow::Result<()> {
+fn argo_cd_refresh_needs_no_argocd_namespace_cluster_wide() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let refresh: BTreeSet<String> = ["get", "list", "watch", "patch"]
         .into_iter()
         .map(str::to_string)
         .collect();
-    let argocd_role = |docs: &[Value]| {
-        kind(docs, "Role")
+    let named = |docs: &[Value], k: &str, name: &str| {
+        kind(docs, k)
             .into_iter()
-            .find(|r| r["metadata"]["name"] == "iw-imagewatch-argocd")
+            .find(|r| r["metadata"]["name"] == name)
             .cloned()
     };
-    let on = [
+    let roles = |docs: &[Value]| {
+        kind(docs, "ClusterRole")
+            .into_iter()
+            .chain(kind(docs, "Role"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+
+    // Cluster-wide: the ClusterRole, nothing in Argo CD's namespace.
+    let cluster_wide = [
         ("default.yaml", ""),
-        ("namespaced.yaml", "watchNamespaces: [team-b]"),
         (
             "no-reads.yaml",
             "rbac: {gitFromArgocd: false, argocdApplications: false}",
         ),
         ("explicit.yaml", "argocd: {refresh: true}"),
+        ("gitops.yaml", "argocd: {namespace: gitops}"),
     ];
-    for (name, text) in on {
+    for (name, text) in cluster_wide {
         let file = values_file(tmp.path(), name, text)?;
         let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
-        let role = argocd_role(&docs).with_context(|| format!("{text:?}: no argocd Role"))?;
-        assert_eq!(role["metadata"]["namespace"], "argocd", "{text:?}");
-        assert_eq!(application_verbs(&role), refresh, "{text:?}");
-        let binding = kind(&docs, "RoleBinding")
-            .into_iter()
-            .find(|b| b["metadata"]["name"] == "iw-imagewatch-argocd")
-            .with_context(|| format!("{text:?}: no argocd RoleBinding"))?;
-        assert_eq!(binding["metadata"]["namespace"], "argocd", "{text:?}");
-        assert_eq!(binding["subjects"][0]["name"], "iw-imagewatch", "{text:?}");
-        // Elsewhere at most `get` (watches without spec.git, promotion gates).
-        for other in kind(&docs, "ClusterRole")
-            .into_iter()
-            .chain(kind(&docs, "Role"))
-            .filter(|r| r["metadata"]["name"] != "iw-imagewatch-argocd")
-        {
-            let verbs = application_verbs(other);
-            assert!(verbs.iter().all(|v| v == "get"), "{text:?}: {other}");
+        let cluster_role = named(&docs, "ClusterRole", "iw-imagewatch")
+            .with_context(|| format!("{text:?}: no ClusterRole"))?;
+        assert_eq!(application_verbs(&cluster_role), refresh, "{text:?}");
+        assert!(
+            named(&docs, "Role", "iw-imagewatch-argocd").is_none(),
+            "{text:?}: an argocd Role"
+        );
+        assert!(
+            named(&docs, "RoleBinding", "iw-imagewatch-argocd").is_none(),
+            "{text:?}: an argocd RoleBinding"
+        );
+        for d in &docs {
+            let ns = &d["metadata"]["namespace"];
+            assert!(ns != "argocd" && ns != "gitops", "{text:?}: {d}");
+        }
+        for role in kind(&docs, "Role") {
+            assert!(application_verbs(role).is_empty(), "{text:?}: {role}");
         }
         let env = container_env(one(&docs, "Deployment")?);
         assert_eq!(env["IMAGEWATCH_ARGOCD_REFRESH"], "true", "{text:?}");
     }
 
-    let off = [
-        ("off.yaml", "argocd: {refresh: false}"),
+    // Watched namespaces: the Role in Argo CD's namespace, nothing cluster-wide.
+    let namespaced = [
+        ("namespaced.yaml", "watchNamespaces: [team-b]"),
+        ("single.yaml", "watchNamespace: team-b"),
         (
-            "off-namespaced.yaml",
-            "argocd: {refresh: false}\nwatchNamespaces: [team-b]",
+            "namespaced-no-reads.yaml",
+            "watchNamespaces: [team-b]\nrbac: {gitFromArgocd: false, argocdApplications: false}",
         ),
     ];
-    for (name, text) in off {
+    for (name, text) in namespaced {
         let file = values_file(tmp.path(), name, text)?;
         let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
-        for role in kind(&docs, "ClusterRole")
-            .into_iter()
-            .chain(kind(&docs, "Role"))
+        let role = named(&docs, "Role", "iw-imagewatch-argocd")
+            .with_context(|| format!("{text:?}: no argocd Role"))?;
+        assert_eq!(role["metadata"]["namespace"], "argocd", "{text:?}");
+        assert_eq!(application_verbs(&role), refresh, "{text:?}");
+        let binding = named(&docs, "RoleBinding", "iw-imagewatch-argocd")
+            .with_context(|| format!("{text:?}: no argocd RoleBinding"))?;
+        assert_eq!(binding["metadata"]["namespace"], "argocd", "{text:?}");
+        assert_eq!(binding["subjects"][0]["name"], "iw-imagewatch", "{text:?}");
+        // Elsewhere at most `get` (watches without spec.git, promotion gates), and nothing on
+        // Applications at cluster scope.
+        for other in roles(&docs)
+            .iter()
+            .filter(|r| r["metadata"]["name"] != "iw-imagewatch-argocd")
         {
-            let verbs = application_verbs(role);
-            for verb in ["patch", "watch", "list"] {
-                assert!(!verbs.contains(verb), "{text:?}: {verb} in {role}");
+            let verbs = application_verbs(other);
+            assert!(verbs.iter().all(|v| v == "get"), "{text:?}: {other}");
+            if other["kind"] == "ClusterRole" {
+                assert!(verbs.is_empty(), "{text:?}: {other}");
             }
         }
         let env = container_env(one(&docs, "Deployment")?);
+        assert_eq!(env["IMAGEWATCH_ARGOCD_REFRESH"], "true", "{text:?}");
+    }
+
+    // Off: no `patch` or `watch` on Applications anywhere; `list` only for the allow-list's
+    // gitFrom: ArgocdProject.
+    let off = [
+        ("off.yaml", "argocd: {refresh: false}", false),
+        (
+            "off-namespaced.yaml",
+            "argocd: {refresh: false}\nwatchNamespaces: [team-b]",
+            false,
+        ),
+        (
+            "off-project.yaml",
+            "argocd: {refresh: false}\nallowList: {enabled: true, gitFrom: ArgocdProject}",
+            true,
+        ),
+        (
+            "off-project-namespaced.yaml",
+            "argocd: {refresh: false}\nallowList: {enabled: true, gitFrom: ArgocdProject}\n\
+             watchNamespace: team-b",
+            true,
+        ),
+    ];
+    for (name, text, project) in off {
+        let file = values_file(tmp.path(), name, text)?;
+        let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
+        let mut listed = false;
+        for role in roles(&docs) {
+            let verbs = application_verbs(&role);
+            for verb in ["patch", "watch"] {
+                assert!(!verbs.contains(verb), "{text:?}: {verb} in {role}");
+            }
+            listed |= verbs.contains("list");
+        }
+        assert_eq!(listed, project, "{text:?}: list on Applications");
+        let env = container_env(one(&docs, "Deployment")?);
         assert_eq!(env["IMAGEWATCH_ARGOCD_REFRESH"], "false", "{text:?}");
     }
-    // Off with the ClusterRole: nothing at all in Argo CD's namespace.
+    // Off with the ClusterRole: nothing at all in Argo CD's namespace either.
     let file = values_file(tmp.path(), "off.yaml", "argocd: {refresh: false}")?;
     let docs = documents(&render("iw", "imagewatch-system", &[&file])?)?;
-    assert!(argocd_role(&docs).is_none());
+    assert!(named(&docs, "Role", "iw-imagewatch-argocd").is_none());
     assert!(
         docs.iter().all(|d| d["metadata"]["namespace"] != "argocd"),
         "something rendered in argocd"
@@ -848,16 +929,21 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
     let ground = Ground::get()?;
     ground.install_crds()?;
     let ns = TestNamespace::create(ground, "chart").await?;
-    // The chart's Roles outside the release namespace (Argo CD's, the watched one's) need
-    // their namespaces to exist.
+    // With watched namespaces, the chart's Roles outside the release namespace (Argo CD's,
+    // the watched one's) need their namespaces to exist.
     let argocd = TestNamespace::create(ground, "chart-argocd").await?;
     let watched = TestNamespace::create(ground, "chart-watched").await?;
+    // The cluster-wide install renders nothing in Argo CD's namespace: it passes with one
+    // that does not exist (a cluster without Argo CD).
+    let absent = format!("chart-no-argocd-{}", random_suffix());
+    let (exists, _) = ground.kubectl_try(&["get", "namespace", &absent], None)?;
+    ensure!(!exists, "namespace {absent} exists");
     let tmp = tempfile::tempdir()?;
     let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
-    let namespaces = values_file(
+    let no_argocd = values_file(
         tmp.path(),
-        "namespaces.yaml",
-        &format!("argocd: {{namespace: {}}}", argocd.name),
+        "no-argocd.yaml",
+        &format!("argocd: {{namespace: {absent}, refresh: true}}"),
     )?;
     let all_namespaces = values_file(
         tmp.path(),
@@ -871,7 +957,8 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
     let rules = serves(ground, "monitoring.coreos.com", "prometheusrules")?;
     let release = format!("chart-{}", random_suffix());
     for values in [
-        vec![namespaces.as_str()],
+        vec![],
+        vec![no_argocd.as_str()],
         vec![all.as_str(), all_namespaces.as_str()],
     ] {
         let rendered = render(&release, &ns.name, &values)?;
@@ -917,8 +1004,10 @@ spec:
 
 /// The chart's RBAC applied to the apiserver, asked with `kubectl auth can-i` as the
 /// ServiceAccount: `watchNamespace` and `watchNamespaces` both let it read Secrets in the
-/// watched namespace (and its webhook Secret) and nowhere else; Applications are refreshed in
-/// Argo CD's namespace only.
+/// watched namespace (and its webhook Secret) and nowhere else, and refresh Applications in
+/// Argo CD's namespace only. The cluster-wide install applies with an Argo CD namespace that
+/// does not exist and refreshes Applications through its ClusterRole; with `argocd.refresh:
+/// false` it can neither patch nor watch them anywhere.
 #[tokio::test]
 async fn the_watched_namespace_rbac_holds_on_the_apiserver() -> anyhow::Result<()> {
     let ground = Ground::get()?;
@@ -965,6 +1054,56 @@ async fn the_watched_namespace_rbac_holds_on_the_apiserver() -> anyhow::Result<(
             assert!(!can_i(&[verb, application, "-n", &watched.name])?, "{form}");
             assert!(!can_i(&[verb, application, "--all-namespaces"])?, "{form}");
         }
+    }
+
+    // Cluster-wide, with an Argo CD namespace that does not exist: the RBAC applies (nothing
+    // is rendered there), and the ClusterRole grants the refresh verbs unless refresh is off.
+    let absent = format!("chart-no-argocd-{}", random_suffix());
+    let (exists, _) = ground.kubectl_try(&["get", "namespace", &absent], None)?;
+    ensure!(!exists, "namespace {absent} exists");
+    let absent_value = format!("argocd.namespace={absent}");
+    for refresh in [true, false] {
+        let refresh_value = format!("argocd.refresh={refresh}");
+        let release = format!("chart-{}", random_suffix());
+        let name = format!("{release}-imagewatch");
+        let applied =
+            ground.install_chart_rbac_with(&release, &op.name, &[&absent_value, &refresh_value]);
+        let checked = applied.and_then(|()| {
+            let who = format!("system:serviceaccount:{}:{name}", op.name);
+            let can_i = |args: &[&str]| -> anyhow::Result<bool> {
+                let mut all = vec!["auth", "can-i", "--as", who.as_str()];
+                all.extend(args);
+                let (_, out) = ground.kubectl_try(&all, None)?;
+                Ok(out.trim_start().starts_with("yes"))
+            };
+            let form = format!("cluster-wide, refresh {refresh}");
+            ensure!(can_i(&["get", "secrets", "-n", &other.name])?, "{form}");
+            let watches = "imagewatches.imagewatch.dev";
+            ensure!(can_i(&["list", watches, "--all-namespaces"])?, "{form}");
+            let application = "applications.argoproj.io";
+            ensure!(can_i(&["get", application, "-n", &absent])?, "{form}");
+            for verb in ["patch", "watch", "list"] {
+                for place in [["-n", absent.as_str()], ["-n", other.name.as_str()]] {
+                    let mut args = vec![verb, application];
+                    args.extend(place);
+                    ensure!(can_i(&args)? == refresh, "{form}: {args:?}");
+                }
+                let all = [verb, application, "--all-namespaces"];
+                ensure!(can_i(&all)? == refresh, "{form}: {verb}");
+            }
+            Ok(())
+        });
+        // The ClusterRole and its binding outlive the test's namespaces.
+        ground.kubectl_try(
+            &[
+                "delete",
+                "--ignore-not-found",
+                &format!("clusterrolebinding/{name}"),
+                &format!("clusterrole/{name}"),
+            ],
+            None,
+        )?;
+        checked?;
     }
     Ok(())
 }
