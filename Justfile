@@ -36,16 +36,20 @@ e2e *args:
     e2e/scripts/test.sh --e2e-only "$@"
 
 # Start the real control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) and one node (containerd + kubelet); prints `export KUBECONFIG=…` last.
-# A part that fails is named, with its log tail. IMAGEWATCH_E2E_NODE=0: no node.
+# kube-scheduler), one node (containerd + kubelet) and Argo CD (application-controller,
+# repo-server, applicationset-controller, redis); prints `export KUBECONFIG=…` last.
+# A part that fails is named, with its log tail. IMAGEWATCH_E2E_NODE=0: no node;
+# IMAGEWATCH_E2E_ARGOCD=0: no Argo CD.
 cluster-up:
     e2e/scripts/controlplane.sh up
     if [[ ${IMAGEWATCH_E2E_NODE:-1} == 1 ]]; then e2e/scripts/node.sh up >/dev/null; fi
+    if [[ ${IMAGEWATCH_E2E_ARGOCD:-1} == 1 ]]; then eval "$(e2e/scripts/controlplane.sh env)"; e2e/scripts/argocd.sh up >/dev/null; fi
     e2e/scripts/controlplane.sh env
 
-# Stop the node and the control plane: every process, the kubelet's mounts, the Pods'
-# cgroups; the kernel settings the kubelet changed are restored.
+# Stop Argo CD, the node and the control plane: every process, the kubelet's mounts, the
+# Pods' cgroups; the kernel settings the kubelet changed are restored.
 cluster-down:
+    e2e/scripts/argocd.sh down
     e2e/scripts/node.sh down
     e2e/scripts/controlplane.sh down
 

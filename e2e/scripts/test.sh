@@ -20,6 +20,7 @@ t0=$SECONDS
 "$SCRIPTS_DIR/promtool.sh" build
 "$SCRIPTS_DIR/cosign.sh" build
 "$SCRIPTS_DIR/gitea.sh" build
+"$SCRIPTS_DIR/argocd.sh" build
 cd "$REPO"
 if ((!e2e_only)); then
   log "cargo fmt --check and clippy"

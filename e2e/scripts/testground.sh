@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole e2e test ground on 127.0.0.1: Kubernetes API (etcd +
 # kube-apiserver, kube-controller-manager, kube-scheduler), OCI registry, moto
-# (ECR/SQS/EventBridge), a git server (HTTP + SSH) and one node (containerd +
-# kubelet; node.sh). IMAGEWATCH_E2E_NODE=0: no node, no controllers.
+# (ECR/SQS/EventBridge), a git server (HTTP + SSH), one node (containerd +
+# kubelet; node.sh) and Argo CD (argocd.sh). IMAGEWATCH_E2E_NODE=0: no node, no
+# controllers; IMAGEWATCH_E2E_ARGOCD=0: no Argo CD.
 #
 #   testground.sh up     install missing packages, build the control plane if
 #                        needed, start every part (idempotent), write
@@ -20,8 +21,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PARTS=(controlplane registry moto gitserver)
 # The node comes after the registry: its containerd pulls from it.
 [[ ${IMAGEWATCH_E2E_NODE:-1} == 1 ]] && PARTS+=(node)
+# Argo CD (argocd.sh) after the git server, whose CA and host keys it trusts.
+# IMAGEWATCH_E2E_ARGOCD=0: no Argo CD.
+[[ ${IMAGEWATCH_E2E_ARGOCD:-1} == 1 ]] && PARTS+=(argocd)
 # A cluster of your own: with IMAGEWATCH_E2E_KUBECONFIG set, the local control plane is not
-# started and the tests use that kubeconfig.
+# started and the tests use that kubeconfig (and its Argo CD, if it has one).
 if [[ -n ${IMAGEWATCH_E2E_KUBECONFIG:-} ]]; then
   PARTS=(registry moto gitserver)
 fi
@@ -55,7 +59,13 @@ cmd_up() {
   local p t0
   for p in "${PARTS[@]}"; do
     t0=$SECONDS
-    if ! "$SCRIPTS_DIR/$p.sh" up >/dev/null; then
+    # Each part sees the exports of the parts started before it.
+    local exports
+    exports=$("$SCRIPTS_DIR/$p.sh" up) || exports=FAILED
+    if [[ $exports != FAILED ]]; then
+      eval "$(grep '^export ' <<<"$exports")"
+    fi
+    if [[ $exports == FAILED ]]; then
       log "ERROR: $p failed to start (see above); stopping the test ground"
       cmd_down >/dev/null 2>&1 || true
       exit 1
