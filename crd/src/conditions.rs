@@ -10,6 +10,9 @@ pub const GATES_PASSING: &str = "GatesPassing";
 /// PromotionPolicy, and an ImageWatch with `spec.git.pullRequest`: whether a pull request is
 /// open.
 pub const PULL_REQUEST_OPEN: &str = "PullRequestOpen";
+/// ImageWatch: whether the Argo CD Applications that deploy the last commit's file have
+/// synced a revision containing it and are Healthy. Absent when Argo CD is not followed.
+pub const DEPLOYED: &str = "Deployed";
 
 /// Reasons used on `Ready`.
 pub mod reason {
@@ -62,4 +65,17 @@ pub mod reason {
     /// `spec.verify` (or a signature gate): the newest candidate tag's cosign signature does
     /// not verify with the configured keys, or signs another image. The message says why.
     pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
+
+    /// `Deployed`: every Argo CD Application deploying the committed file runs the commit
+    /// (synced at a revision containing it, and Healthy); the message says how long it took.
+    pub const DEPLOYED: &str = "Deployed";
+    /// `Deployed`: the commit was made; the Applications have not synced it or are not
+    /// Healthy yet (the message says what each shows).
+    pub const WAITING_FOR_SYNC: &str = "WaitingForSync";
+    /// `Deployed`: the Applications did not run the commit within the time allowed
+    /// (`--argocd-deploy-timeout`); the message says what each showed.
+    pub const NOT_DEPLOYED: &str = "NotDeployed";
+    /// `Deployed`: no Argo CD Application that serves the watch's namespace deploys the
+    /// committed file, so the commit is not followed to a running Pod.
+    pub const NO_APPLICATION: &str = "NoApplication";
 }

@@ -121,6 +121,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         ecr,
     );
     ctx.argocd_namespace = config.controllers.argocd_namespace.clone();
+    ctx.deploys = Arc::new(crate::cluster::deploy::DeployTracker::new(
+        crate::cluster::deploy::DeployOptions {
+            enabled: config.controllers.argocd_refresh,
+            argocd_namespace: config.controllers.argocd_namespace.clone(),
+            timeout: config.controllers.argocd_deploy_timeout,
+        },
+    ));
     if let Some(name) = &config.controllers.allow_list_configmap {
         ctx.allowance = Arc::new(allowance::Allowance::expecting(name));
     }
@@ -281,6 +288,17 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    // Commits followed to the Argo CD Applications deploying them; a deployment that ends
+    // wakes its watch, whose status step writes `Deployed`.
+    tokio::spawn(crate::cluster::deploy::run(
+        ctx.deploys.clone(),
+        client.clone(),
+        ctx.writer.clones().clone(),
+        ctx.recorder.clone(),
+        metrics.clone(),
+        reconcile_tx.clone(),
+        shutdown.clone(),
+    ));
     tokio::spawn(routing::route(
         event_rx,
         controller.store(),

@@ -196,6 +196,14 @@ pub struct RunArgs {
     /// Namespace of Argo CD's Applications (for watches without spec.git).
     #[arg(long, env = "IMAGEWATCH_ARGOCD_NAMESPACE", default_value = "argocd")]
     pub argocd_namespace: String,
+    /// After a commit, ask the Argo CD Applications (of --argocd-namespace, serving the
+    /// watch's namespace) that deploy the changed file to refresh, and follow them until they
+    /// run it (condition Deployed). false: no Application is watched or patched.
+    #[arg(long, env = "IMAGEWATCH_ARGOCD_REFRESH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub argocd_refresh: bool,
+    /// How long a commit is followed before Deployed turns NotDeployed.
+    #[arg(long, env = "IMAGEWATCH_ARGOCD_DEPLOY_TIMEOUT", default_value = "10m", value_parser = parse_duration_arg)]
+    pub argocd_deploy_timeout: Duration,
     /// Per-registry settings (plain HTTP, extra CA, rate limits, metadata budget), JSON or
     /// YAML: `{"registries": {"host:port": {"insecure": true, "ratePerSecond": 5}}}`.
     #[arg(long, env = "IMAGEWATCH_REGISTRIES_CONFIG")]
@@ -266,6 +274,8 @@ impl RunArgs {
                 max_concurrent_reconciles: self.max_concurrent_reconciles,
                 allow_list_configmap: self.allow_list_configmap,
                 argocd_namespace: self.argocd_namespace,
+                argocd_refresh: self.argocd_refresh,
+                argocd_deploy_timeout: self.argocd_deploy_timeout,
             },
             sources: SourcesConfig {
                 webhook: self.webhook_addr.map(|addr| WebhookConfig {

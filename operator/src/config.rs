@@ -56,6 +56,10 @@ pub struct ControllersConfig {
     pub allow_list_configmap: Option<String>,
     /// Namespace of Argo CD's Applications (watches without `spec.git`).
     pub argocd_namespace: String,
+    /// Refresh and follow the Applications deploying a commit (`Deployed`).
+    pub argocd_refresh: bool,
+    /// How long a commit is followed.
+    pub argocd_deploy_timeout: std::time::Duration,
 }
 
 /// The event sources that say "look now".

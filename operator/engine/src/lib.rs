@@ -9,6 +9,7 @@
 //! resource types through `imagewatch-crd` without its `kube` feature), so the compiler keeps
 //! these decisions pure; `tests/purity.rs` fails when such a dependency appears.
 
+pub mod argocd;
 pub mod duration;
 pub mod edit;
 pub mod forge;

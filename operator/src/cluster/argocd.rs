@@ -66,61 +66,17 @@ pub fn managing_application(
         })
 }
 
-/// The Git location an Application deploys from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApplicationSource {
-    /// `spec.source.repoURL`.
-    pub repo_url: String,
-    /// `spec.source.targetRevision` (a branch; `HEAD` or empty means `main`).
-    pub branch: String,
-    /// `spec.source.path`.
-    pub path: String,
-}
-
-/// Reads `spec.source` (or the first of `spec.sources`) of an Application (pure).
-pub fn application_source(app: &serde_json::Value) -> Result<ApplicationSource, String> {
-    let spec = app.get("spec").ok_or("the Application has no spec")?;
-    let source = spec
-        .get("source")
-        .or_else(|| spec.get("sources").and_then(|s| s.get(0)))
-        .ok_or("the Application has no spec.source")?;
-    let repo_url = source
-        .get("repoURL")
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .ok_or("the Application's source has no repoURL")?
-        .to_string();
-    let revision = source
-        .get("targetRevision")
-        .and_then(|v| v.as_str())
-        .unwrap_or("");
-    let branch = match revision {
-        "" | "HEAD" => "main".to_string(),
-        other => other.trim_start_matches("refs/heads/").to_string(),
-    };
-    let path = source
-        .get("path")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .trim_matches('/')
-        .to_string();
-    Ok(ApplicationSource {
-        repo_url,
-        branch,
-        path,
-    })
-}
+/// The Git location an Application deploys from (see [`imagewatch_engine::argocd::git_source`]
+/// for single- and multi-source Applications).
+pub use imagewatch_engine::argocd::GitSource as ApplicationSource;
 
 /// Whether the Application `app` (living in `app_namespace`) may be the source of an object
 /// in `namespace` (pure): it lives in that namespace (Applications in any namespace), or it
 /// deploys to it (`spec.destination.namespace`). Anyone can write a tracking annotation or an
 /// instance label, so naming another tenant's Application must not lend its repository.
 pub fn deploys_to(app_namespace: &str, app: &serde_json::Value, namespace: &str) -> bool {
-    let destination = app
-        .pointer("/spec/destination/namespace")
-        .and_then(|v| v.as_str())
-        .unwrap_or("");
-    app_namespace == namespace || destination == namespace
+    imagewatch_engine::argocd::Application::parse(app_namespace, "", app)
+        .serves_namespace(namespace)
 }
 
 /// The refusal of an Application that does not exist or does not deploy to `namespace`:
@@ -156,12 +112,16 @@ fn application_resource() -> ApiResource {
 
 /// Resolves the Application managing a watch and returns its source, plus the name of the
 /// credentials Secret for its URL (if one is labelled in `namespace`).
+///
+/// `target_path` is the first path of the object's target: for a multi-source Application,
+/// `$<ref>/…` picks the `ref` source of that name.
 pub async fn resolve(
     client: &Client,
     argocd_namespace: &str,
     namespace: &str,
     annotations: &std::collections::BTreeMap<String, String>,
     labels: &std::collections::BTreeMap<String, String>,
+    target_path: Option<&str>,
 ) -> Result<(ApplicationSource, Option<String>), ReconcileError> {
     let key = managing_application(annotations, labels).ok_or_else(|| {
         ReconcileError::InvalidSpec(
@@ -184,7 +144,8 @@ pub async fn resolve(
         }
         Err(e) => return Err(e.into()),
     };
-    let source = application_source(&app.data).map_err(|e| {
+    let application = imagewatch_engine::argocd::Application::parse(&app_ns, &key.name, &app.data);
+    let source = imagewatch_engine::argocd::git_source(&application, target_path).map_err(|e| {
         ReconcileError::InvalidSpec(format!("Argo CD Application {app_ns}/{}: {e}", key.name))
     })?;
     crate::git::check_tenant_url(&source.repo_url).map_err(|e| {
@@ -206,8 +167,9 @@ pub async fn resolve(
 /// changed `repoURL`, `targetRevision` or `path` is seen within this time.
 pub const RESOLVE_CACHE_TTL: Duration = Duration::from_secs(15);
 
-/// Key: Application namespace and name, and the namespace searched for credentials.
-type ResolveKey = (String, String, String);
+/// Key: Application namespace and name, the namespace searched for credentials, and the
+/// `$<ref>` the target names (multi-source), if any.
+type ResolveKey = (String, String, String, String);
 type Resolved = (ApplicationSource, Option<String>);
 
 /// Application sources resolved recently; only successes are kept.
@@ -227,21 +189,43 @@ pub async fn resolve_cached(
     namespace: &str,
     annotations: &std::collections::BTreeMap<String, String>,
     labels: &std::collections::BTreeMap<String, String>,
+    target_path: Option<&str>,
 ) -> Result<Resolved, ReconcileError> {
     let Some(app) = managing_application(annotations, labels) else {
-        return resolve(client, argocd_namespace, namespace, annotations, labels).await;
+        return resolve(
+            client,
+            argocd_namespace,
+            namespace,
+            annotations,
+            labels,
+            target_path,
+        )
+        .await;
     };
+    let reference = target_path
+        .filter(|p| p.starts_with('$'))
+        .and_then(|p| p.split('/').next())
+        .unwrap_or_default();
     let key = (
         app.namespace
             .unwrap_or_else(|| argocd_namespace.to_string()),
         app.name,
         namespace.to_string(),
+        reference.to_string(),
     );
     let now = Instant::now();
     if let Some(resolved) = cache.get(&key, now) {
         return Ok(resolved);
     }
-    let resolved = resolve(client, argocd_namespace, namespace, annotations, labels).await?;
+    let resolved = resolve(
+        client,
+        argocd_namespace,
+        namespace,
+        annotations,
+        labels,
+        target_path,
+    )
+    .await?;
     cache.put(key, now, resolved.clone());
     Ok(resolved)
 }
@@ -289,22 +273,6 @@ mod tests {
         let key = managing_application(&map(&[]), &map(&[(INSTANCE_LABEL, "my-api-stg")]));
         assert_eq!(key.map(|k| k.name), Some("my-api-stg".into()));
         assert_eq!(managing_application(&map(&[]), &map(&[])), None);
-    }
-
-    #[test]
-    fn source_is_read_from_source_or_sources() {
-        let app = serde_json::json!({"spec": {"source": {"repoURL": "https://g/m.git", "targetRevision": "HEAD", "path": "/apps/my-api/"}}});
-        assert_eq!(
-            application_source(&app).unwrap(),
-            ApplicationSource {
-                repo_url: "https://g/m.git".into(),
-                branch: "main".into(),
-                path: "apps/my-api".into()
-            }
-        );
-        let multi = serde_json::json!({"spec": {"sources": [{"repoURL": "https://g/m.git", "targetRevision": "release"}]}});
-        assert_eq!(application_source(&multi).unwrap().branch, "release");
-        assert!(application_source(&serde_json::json!({"spec": {}})).is_err());
     }
 
     #[test]

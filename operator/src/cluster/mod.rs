@@ -1,10 +1,12 @@
-//! The Kubernetes edge the controllers share: the Secrets a watch names, Argo CD lookups, the
+//! The Kubernetes edge the controllers share: the Secrets a watch names, Argo CD lookups and
+//! the following of commits to running Applications (`deploy`), the
 //! admin's allow-list (decided in `allow`, read in `allowance`), the namespaces watched, and the
 //! Leases and peer endpoint of sharding.
 
 pub mod allow;
 pub mod allowance;
 pub mod argocd;
+pub mod deploy;
 pub mod finalizers;
 pub mod invalid;
 pub mod namespaces;

@@ -30,7 +30,7 @@ pub use crate::error::ReconcileError;
 pub use imagewatch_engine::duration::parse_duration;
 
 use crate::{
-    cluster::{allowance, argocd, secrets, shard},
+    cluster::{allowance, argocd, deploy, secrets, shard},
     registry::RegistryClient,
     scan::{appearances, index},
     sources::routing,
@@ -76,6 +76,8 @@ pub struct Context {
     pub secrets: secrets::SecretCache,
     /// Argo CD Application sources resolved recently (watches without `spec.git`).
     pub argocd_sources: argocd::ResolveCache,
+    /// Commits followed to the Argo CD Applications that deploy them (`Deployed`).
+    pub deploys: Arc<deploy::DeployTracker>,
     /// The admin's allow-list (`--allow-list-configmap`).
     pub allowance: Arc<allowance::Allowance>,
     /// Signature verdicts that verified, by image digest, keys and registry credentials.
@@ -133,6 +135,7 @@ impl Context {
             work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
             secrets: secrets::secret_cache(),
             argocd_sources: argocd::resolve_cache(),
+            deploys: Arc::new(deploy::DeployTracker::disabled()),
             allowance: Arc::default(),
             signatures: Default::default(),
             announced: std::sync::Mutex::default(),

@@ -333,6 +333,23 @@ impl Repo {
         &self.repo
     }
 
+    /// Whether `revision` is `commit` or descends from it; None when `revision` is not in
+    /// the clone (fetch, then ask again).
+    pub fn contains(&self, revision: &str, commit: &str) -> Result<Option<bool>> {
+        let rev = Oid::from_str(revision).map_err(|e| GitError::git("parse a revision", e))?;
+        let commit = Oid::from_str(commit).map_err(|e| GitError::git("parse a commit id", e))?;
+        if rev == commit {
+            return Ok(Some(true));
+        }
+        if self.repo.find_commit(rev).is_err() || self.repo.find_commit(commit).is_err() {
+            return Ok(None);
+        }
+        self.repo
+            .graph_descendant_of(rev, commit)
+            .map(Some)
+            .map_err(|e| GitError::git("compare commits", e))
+    }
+
     /// Last fetched head of `branch`, without network access.
     pub fn cached_head(&self, branch: &str) -> Result<Option<Oid>> {
         validate_branch(branch)?;

@@ -239,6 +239,20 @@ pub struct PushLabels {
     pub outcome: String,
 }
 
+/// Labels of a request that Argo CD refresh an Application.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefreshLabels {
+    /// `requested`, `forbidden` (RBAC) or `failed`.
+    pub outcome: String,
+}
+
+/// Labels of a commit followed to the Applications that deploy it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeploymentLabels {
+    /// `deployed`, `timed_out` or `no_application`.
+    pub outcome: String,
+}
+
 /// Labels of a check of Git for a write intent.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GitReadLabels {
@@ -361,6 +375,13 @@ pub struct Metrics {
     pub events: Family<EventLabels, Counter>,
     /// Seconds from a registry event to the commit it caused being pushed.
     pub push_to_commit_seconds: Histogram,
+    /// Seconds from a registry event to every Argo CD Application deploying the commit it
+    /// caused being Synced at it and Healthy.
+    pub push_to_running_seconds: Histogram,
+    /// Requests that Argo CD refresh an Application, by outcome.
+    pub argocd_refreshes: Family<RefreshLabels, Counter>,
+    /// Commits followed to the Applications deploying them, by how it ended.
+    pub deployments: Family<DeploymentLabels, Counter>,
     /// Webhook receiver results.
     pub webhook_requests: Family<WebhookLabels, Counter>,
     /// Seconds one reconcile took, by controller.
@@ -496,6 +517,26 @@ impl Metrics {
             "push_to_commit_seconds",
             "Seconds from a registry event to the commit it caused being pushed",
             push_to_commit_seconds.clone(),
+        );
+        let push_to_running_seconds = Histogram::new([
+            0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+        ]);
+        registry.register(
+            "push_to_running_seconds",
+            "Seconds from a registry event to every Argo CD Application deploying the commit it caused being Synced at it and Healthy",
+            push_to_running_seconds.clone(),
+        );
+        let argocd_refreshes = Family::<RefreshLabels, Counter>::default();
+        registry.register(
+            "argocd_refreshes",
+            "Requests that Argo CD refresh an Application after a commit, by outcome",
+            argocd_refreshes.clone(),
+        );
+        let deployments = Family::<DeploymentLabels, Counter>::default();
+        registry.register(
+            "deployments",
+            "Commits followed to the Argo CD Applications deploying them, by how it ended",
+            deployments.clone(),
         );
         let watches = Gauge::default();
         registry.register("watches", "ImageWatch objects known", watches.clone());
@@ -651,6 +692,9 @@ impl Metrics {
             commits,
             events,
             push_to_commit_seconds,
+            push_to_running_seconds,
+            argocd_refreshes,
+            deployments,
             webhook_requests,
             reconcile_duration_seconds,
             controller_stream_errors,

@@ -164,6 +164,7 @@ pub(super) async fn resolve_git(
         &namespace,
         watch.annotations(),
         watch.labels(),
+        target_path(&watch.spec.target),
     )
     .await?;
     check_git_allowed(watch, ctx.allow, &source.repo_url, &source.path).await?;
@@ -195,12 +196,25 @@ pub(super) async fn shard_key(watch: &ImageWatch, ctx: &DereferenceContext<'_>) 
         &namespace,
         watch.annotations(),
         watch.labels(),
+        target_path(&watch.spec.target),
     )
     .await
     {
         Ok((source, _)) => source.repo_url,
         Err(_) => format!("imagewatch:{namespace}/{}", watch.name_any()),
     }
+}
+
+/// The first path a watch's target names (for a multi-source Application, `$<ref>/…` picks
+/// the source it is a file of).
+pub fn target_path(target: &imagewatch_crd::Target) -> Option<&str> {
+    target
+        .workload
+        .as_ref()
+        .map(|w| w.path.as_str())
+        .or(target.kustomize.as_ref().map(|k| k.path.as_str()))
+        .or(target.helm.as_ref().map(|h| h.file.as_str()))
+        .or(target.argocd_source.as_ref().map(|a| a.path.as_str()))
 }
 
 /// The place in Git a watch's target names, with paths under `base_path` (pure).

@@ -62,7 +62,7 @@ use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::Reconcile
 use dereference::{
     DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
 };
-pub(crate) use dereference::{credential_key_of, signature_keys};
+pub(crate) use dereference::{credential_key_of, signature_keys, target_path};
 use members::{MemberResult, PatternImage, PatternOutcome};
 pub(crate) use scan::count_signature_check;
 use scan::{ScanContext, catalog_error, prepare, scan_repository};
@@ -138,7 +138,18 @@ async fn reconcile_holding_slot(
         .inc();
 
     let now = Time(jiff::Timestamp::now());
-    let new_status = build_status(watch, &result, &now);
+    let mut new_status = build_status(watch, &result, &now);
+    // The deployment of the last commit, as the Argo CD Applications show it.
+    if let Some(deployment) = ctx.deploys.deployment(&key) {
+        new_status.conditions = status::merge_condition(
+            &new_status.conditions,
+            imagewatch_engine::argocd::deployed_condition(
+                &deployment,
+                watch.metadata.generation,
+                &now,
+            ),
+        );
+    }
     publish_events(watch, &result, &new_status, &ctx.recorder).await;
     // The finalizer goes once no open pull request is recorded (after a successful step).
     if result.is_ok()
@@ -329,21 +340,41 @@ async fn reconcile_pattern(
         })
         .collect();
     let heads: Vec<Option<String>> = requests.iter().map(|r| r.push_branch.clone()).collect();
+    // Where a direct commit lands (pull requests are followed once merged, not here).
+    let locations: Vec<(String, String, crate::git::GitAuth)> = requests
+        .iter()
+        .filter(|r| r.push_branch.is_none())
+        .map(|r| (r.url.clone(), r.branch.clone(), r.auth.clone()))
+        .collect();
     let writes = write_step
         .slots
         .without_work_slot(futures::future::join_all(
             requests.into_iter().map(|r| write_step.writer.apply(r)),
         ))
         .await;
+    // The first commit made, with every member file it holds, is followed to Argo CD.
+    let mut followed: Option<(String, Vec<String>, Option<std::time::Instant>)> = None;
     for (&i, write) in indices.iter().zip(writes) {
-        if write.as_ref().is_ok_and(|w| w.commit.is_some())
-            && let Some(since) = ctx.pending.take(&pattern.registry, &results[i].repository)
+        if let Ok(w) = &write
+            && let Some(commit) = &w.commit
         {
-            ctx.metrics
-                .push_to_commit_seconds
-                .observe(since.as_secs_f64());
+            let pushed = pushed_at(ctx, &pattern.registry, &results[i].repository);
+            match &mut followed {
+                None => followed = Some((commit.clone(), vec![w.file.clone()], pushed)),
+                Some((first, files, at)) if first == commit => {
+                    files.push(w.file.clone());
+                    *at = match (*at, pushed) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Some(_) => {}
+            }
         }
         results[i].outcome = write;
+    }
+    if let (Some((commit, files, pushed)), Some(first)) = (followed, locations.first()) {
+        follow_commit(watch, ctx, first.clone(), &commit, files, pushed);
     }
     let mut pull_request = None;
     if let Some(settings) = pr_settings {
@@ -487,6 +518,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             pull_request: Some(delivered),
         });
     }
+    let location = (mine.url.clone(), mine.branch.clone(), mine.auth.clone());
     let write = match &group {
         Some(g) if !g.others.is_empty() => {
             let mut requests = vec![mine];
@@ -515,12 +547,16 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
                 .await?
         }
     };
-    if write.commit.is_some()
-        && let Some(since) = ctx.pending.take(&me.repo.registry, &me.repo.path)
-    {
-        ctx.metrics
-            .push_to_commit_seconds
-            .observe(since.as_secs_f64());
+    if let Some(commit) = &write.commit {
+        let pushed_at = pushed_at(ctx, &me.repo.registry, &me.repo.path);
+        follow_commit(
+            watch,
+            ctx,
+            location,
+            commit,
+            vec![write.file.clone()],
+            pushed_at,
+        );
     }
     Ok(Outcome {
         latest,
@@ -530,4 +566,40 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         refused: refused.map(Box::new),
         pull_request: None,
     })
+}
+
+/// When the registry push that led to this commit was seen (and the push → commit latency
+/// counted), if an event started it.
+fn pushed_at(ctx: &Context, registry: &str, repository: &str) -> Option<std::time::Instant> {
+    let since = ctx.pending.take(registry, repository)?;
+    ctx.metrics
+        .push_to_commit_seconds
+        .observe(since.as_secs_f64());
+    std::time::Instant::now().checked_sub(since)
+}
+
+/// Hands a commit of this reconcile to the deployment tracker, which asks Argo CD to refresh
+/// the Applications deploying `files` and follows them (`Deployed`).
+fn follow_commit(
+    watch: &ImageWatch,
+    ctx: &Context,
+    (url, branch, auth): (String, String, crate::git::GitAuth),
+    commit: &str,
+    files: Vec<String>,
+    pushed_at: Option<std::time::Instant>,
+) {
+    ctx.deploys.committed(
+        &ctx.client,
+        &ctx.metrics,
+        crate::cluster::deploy::Committed {
+            watch: ObjectRef::new(&watch.name_any()).within(&watch.namespace().unwrap_or_default()),
+            object: crate::controllers::object_ref(watch),
+            url,
+            branch,
+            auth,
+            commit: commit.to_owned(),
+            files,
+            pushed_at,
+        },
+    );
 }

@@ -170,6 +170,14 @@ pub(super) fn credential_choice(
 
 /// `base/path`, without leading or trailing slashes.
 pub(super) fn join_path(base: &str, path: &str) -> String {
+    // `$<ref>/file`: a file of a multi-source Application's `ref` source, from its root.
+    if let Some(rest) = path.strip_prefix('$') {
+        return rest
+            .split_once('/')
+            .map_or("", |(_, file)| file)
+            .trim_matches('/')
+            .to_string();
+    }
     let base = base.trim_matches('/');
     let path = path.trim_matches('/');
     match (base.is_empty(), path.is_empty()) {
