@@ -369,9 +369,17 @@ cmd_down() {
 
 on_fail() { cmd_down; }
 
+# The pause image as an OCI layout (tag 1): a program that runs until stopped, for Pods of
+# the tests (push-image.sh --runnable).
+cmd_pause_layout() {
+  pause_archive >/dev/null
+  echo "$CACHE/pause/oci"
+}
+
 case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
 env) print_env ;;
-*) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+pause-layout) cmd_pause_layout ;;
+*) echo "usage: $0 up|down|env|pause-layout" >&2; exit 2 ;;
 esac

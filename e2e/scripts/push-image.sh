@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Push a tiny generated OCI image to the test-ground registry.
 #
-#   push-image.sh [--same-content] REPO:TAG
+#   push-image.sh [--same-content | --runnable] REPO:TAG
 #
 # The image's only layer holds a file naming REPO:TAG, so each tag pushed gets
 # a new digest (its config also carries the current time). With --same-content
-# the content and timestamp are fixed, so repeated pushes yield one digest.
+# the content and timestamp are fixed, so repeated pushes yield one digest. With
+# --runnable the image is the node's pause program (it runs until stopped, so a Pod of it
+# becomes Ready); every tag of it has one digest.
 # Prints the pushed manifest digest (sha256:...) on stdout.
 # Registry coordinates come from IMAGEWATCH_REGISTRY{,_USER,_PASSWORD} or, when
 # unset, from the running `registry.sh`.
@@ -14,10 +16,12 @@ COMPONENT=push-image
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 same=0
+runnable=0
 args=()
 for a in "$@"; do
   case $a in
   --same-content) same=1 ;;
+  --runnable) runnable=1 ;;
   -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
   *) args+=("$a") ;;
   esac
@@ -34,7 +38,10 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if ((same)); then
+if ((runnable)); then
+  cp -r "$("$SCRIPTS_DIR/node.sh" pause-layout)" "$work/runnable"
+  skopeo --insecure-policy copy --quiet "oci:$work/runnable:1" "oci:$work/layout:$tag" >&2
+elif ((same)); then
   "$PYTHON" "$SCRIPTS_DIR/oci_image.py" "$work/layout" "$tag" "imagewatch e2e image" \
     --created 2024-01-01T00:00:00Z >/dev/null
 else

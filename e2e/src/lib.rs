@@ -7,6 +7,7 @@
 //! Everything a test starts itself (namespaces, repositories, the operator) is stopped or
 //! deleted when its handle drops, also when the test fails.
 
+pub mod argocd;
 pub mod bench;
 pub mod disk;
 pub mod faultproxy;

@@ -201,3 +201,18 @@ pub fn container_log(
     }
     Ok(lines)
 }
+
+/// Lets the node's containerd pull from the plain-HTTP registry `host` (a registry of a
+/// test's own): containerd reads `certs.d/<host>/hosts.toml` at each pull.
+pub fn trust_registry(ground: &Ground, host: &str) -> anyhow::Result<()> {
+    let dir = ground.state.join("node/certs.d").join(host);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("hosts.toml"),
+        format!(
+            "server = \"http://{host}\"\n[host.\"http://{host}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+    .with_context(|| format!("writing {}", dir.display()))?;
+    Ok(())
+}

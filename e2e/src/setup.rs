@@ -10,7 +10,10 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 
-use crate::{Ground, Operator, TestNamespace, ground::repo_root, wait_until};
+use crate::{
+    Ground, NotifyingRegistry, Operator, TestNamespace, ground::random_suffix, ground::repo_root,
+    operator::free_port, wait_until,
+};
 
 /// How long scenario steps wait for a condition.
 pub const TIMEOUT: Duration = Duration::from_secs(90);
@@ -126,6 +129,50 @@ impl Scenario {
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", self.operator.log_tail(40)))
     }
+}
+
+/// A registry of its own that notifies the operator's webhook listener (token in the Secret
+/// `hooks`), an operator listening for it (with `extra` flags), and the registry's pull
+/// Secret `hookreg`; also returns the registry host and the listener's address.
+pub async fn webhook_scenario(
+    prefix: &str,
+    extra: &[&str],
+) -> anyhow::Result<(NotifyingRegistry, String, Scenario, String)> {
+    let port = free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let token = format!("tok-{}", random_suffix());
+    let registry = NotifyingRegistry::start(&format!("http://{addr}/hooks/distribution"), &token)?;
+    let host = registry.var("IMAGEWATCH_REGISTRY");
+    let mut flags = vec![
+        "--webhook-addr",
+        &addr,
+        "--webhook-secret",
+        "hooks",
+        "--pod-namespace",
+        "{ns}",
+        "--insecure-registry",
+        &host,
+    ];
+    flags.extend_from_slice(extra);
+    let s = Scenario::start(prefix, &flags).await?;
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hooks",
+        "Opaque",
+        &[("distribution-token", &token)],
+    )
+    .await?;
+    let reg_auth = registry.dockerconfigjson();
+    create_secret(
+        &s.admin,
+        &s.ns.name,
+        "hookreg",
+        "kubernetes.io/dockerconfigjson",
+        &[(".dockerconfigjson", &reg_auth)],
+    )
+    .await?;
+    Ok((registry, host, s, addr))
 }
 
 /// `(status, reason, message)` of the Ready condition.

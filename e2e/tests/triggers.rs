@@ -5,11 +5,10 @@
 use std::{path::PathBuf, time::Duration};
 
 use imagewatch_e2e::{
-    NotifyingRegistry,
     ground::random_suffix,
-    operator::{free_port, metric},
+    operator::metric,
     setup::moto,
-    setup::{Scenario, copy_dir, create_secret, sample},
+    setup::{Scenario, copy_dir, sample, webhook_scenario},
     wait_until,
 };
 
@@ -47,54 +46,9 @@ spec:
     )
 }
 
-/// A registry that notifies the operator's webhook listener (token in the Secret `hooks`),
-/// an operator listening for it, and the registry's pull Secret `hookreg`; also returns the
-/// registry host and the listener's address.
-async fn webhook_scenario(
-    prefix: &str,
-) -> anyhow::Result<(NotifyingRegistry, String, Scenario, String)> {
-    let port = free_port()?;
-    let addr = format!("127.0.0.1:{port}");
-    let token = format!("tok-{}", random_suffix());
-    let registry = NotifyingRegistry::start(&format!("http://{addr}/hooks/distribution"), &token)?;
-    let host = registry.var("IMAGEWATCH_REGISTRY");
-    let s = Scenario::start(
-        prefix,
-        &[
-            "--webhook-addr",
-            &addr,
-            "--webhook-secret",
-            "hooks",
-            "--pod-namespace",
-            "{ns}",
-            "--insecure-registry",
-            &host,
-        ],
-    )
-    .await?;
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "hooks",
-        "Opaque",
-        &[("distribution-token", &token)],
-    )
-    .await?;
-    let reg_auth = registry.dockerconfigjson();
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "hookreg",
-        "kubernetes.io/dockerconfigjson",
-        &[(".dockerconfigjson", &reg_auth)],
-    )
-    .await?;
-    Ok((registry, host, s, addr))
-}
-
 #[tokio::test]
 async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> anyhow::Result<()> {
-    let (registry, host, s, addr) = webhook_scenario("hook").await?;
+    let (registry, host, s, addr) = webhook_scenario("hook", &[]).await?;
 
     let image_repo = format!("hook/app-{}", random_suffix());
     registry.script("push-image.sh", &[&format!("{image_repo}:canary-v1.0.0")])?;
@@ -293,7 +247,7 @@ async fn an_ecr_push_reaches_git_through_eventbridge_and_sqs() -> anyhow::Result
 /// greatest name.
 #[tokio::test]
 async fn retags_of_one_digest_in_descending_name_order_are_each_committed() -> anyhow::Result<()> {
-    let (registry, host, s, _) = webhook_scenario("retag").await?;
+    let (registry, host, s, _) = webhook_scenario("retag", &[]).await?;
 
     let image_repo = format!("retag/app-{}", random_suffix());
     registry.script("push-image.sh", &[&format!("{image_repo}:fff0000")])?;

@@ -1,0 +1,288 @@
+//! Beside a real Argo CD (the ground's application-controller, repo-server and redis): a
+//! registry push becomes a commit, imagewatch asks the Applications deploying the changed file
+//! to refresh, Argo CD syncs, the node runs the new Pod, and the watch reports `Deployed` with
+//! the time it took. Nothing here writes an Application's status: Argo CD does.
+
+use std::time::Instant;
+
+use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
+use imagewatch_e2e::{
+    argocd::ArgoCd,
+    ground::random_suffix,
+    node::trust_registry,
+    operator::metric,
+    setup::{Scenario, TIMEOUT, webhook_scenario},
+    wait_until,
+};
+use k8s_openapi::api::{
+    apps::v1::{Deployment, ReplicaSet},
+    core::v1::Pod,
+};
+use kube::{Api, api::ListParams};
+
+/// A plain directory of manifests: one Deployment of `image` on the node's network.
+fn seed_directory(image: &str) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    let app = dir.path().join("apps/my-api/stg");
+    std::fs::create_dir_all(&app)?;
+    std::fs::write(
+        app.join("deployment.yaml"),
+        format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: my-api
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: my-api}}
+  template:
+    metadata:
+      labels: {{app: my-api}}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 1
+      tolerations: [{{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}}]
+      imagePullSecrets: [{{name: hookreg}}]
+      containers:
+      - name: my-api
+        image: {image}   # the tag imagewatch moves
+"#
+        ),
+    )?;
+    Ok(dir)
+}
+
+/// The `Deployed` condition: (status, reason, message).
+fn deployed(w: &ImageWatch) -> Option<(String, String, String)> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DEPLOYED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// An Application deploying `path` of `url` into the scenario's namespace, syncing by itself.
+fn application(argocd: &ArgoCd, name: &str, url: &str, path: &str, ns: &str) -> String {
+    format!(
+        r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}, namespace: {argo}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {ns}}}
+  syncPolicy: {{automated: {{prune: true}}}}
+"#,
+        argo = argocd.namespace
+    )
+}
+
+/// Push → commit → Argo CD sync → the Deployment's new Pod Ready with the new image, once.
+#[tokio::test]
+async fn a_push_runs_in_the_pod_argo_cd_deploys() -> anyhow::Result<()> {
+    let (registry, host, s, _) = webhook_scenario("argo-run", &[]).await?;
+    s.ground
+        .var("IMAGEWATCH_NODE_NAME")
+        .map_err(|e| anyhow::anyhow!("this test runs Pods on the ground's node: {e}"))?;
+    let argocd = ArgoCd::get(s.ground)?;
+    trust_registry(s.ground, &host)?;
+    let image_repo = format!("argo/app-{}", random_suffix());
+    let image = format!("{host}/{image_repo}");
+    registry.script(
+        "push-image.sh",
+        &["--runnable", &format!("{image_repo}:v1.0.0")],
+    )?;
+
+    // The manifests repository, and an Application deploying it into the test's namespace.
+    let seed = seed_directory(&format!("{image}:v1.0.0"))?;
+    let repo_name = format!("argo-{}", s.ns.name);
+    let git = s.ground.git()?;
+    let url = git.new_repo(&repo_name, seed.path())?;
+    argocd.add_git_repository(&format!("repo-{}", s.ns.name), &url)?;
+    let app_name = format!("run-{}", s.ns.name);
+    let app = argocd.apply(
+        &application(&argocd, &app_name, &url, "apps/my-api/stg", &s.ns.name),
+        &[&app_name],
+    )?;
+    let seeded = git.git(&repo_name, &["rev-parse", "main"])?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(seeded.trim()))
+        .await?;
+
+    // The watch follows v* tags into the Deployment; Git already holds v1.
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  image: {image}
+  tags: {{pattern: "v*"}}
+  interval: 1h
+  credentials: {{secretRef: {{name: hookreg}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target:
+    workload: {{path: apps/my-api/stg, kind: Deployment, name: my-api, container: my-api}}
+"#,
+        ns = s.ns.name
+    ))?;
+    s.wait_ready("my-api", "True", "UpToDate").await?;
+
+    // CI pushes v2: the notification makes the commit, the refresh makes Argo CD sync it at
+    // once (its repo-server would otherwise keep the old revision for 3 minutes).
+    let pushed = Instant::now();
+    registry.script(
+        "push-image.sh",
+        &["--runnable", &format!("{image_repo}:v2.0.0")],
+    )?;
+    s.wait_applied("my-api", "v2.0.0").await?;
+    let committed = pushed.elapsed();
+    let watch = wait_until("Deployed=True", TIMEOUT, || async {
+        let w = s.watches.get("my-api").await?;
+        Ok(deployed(&w).filter(|(st, _, _)| st == "True").map(|_| w))
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\n--- operator ---\n{}\n{}",
+            s.operator.log_tail(40),
+            argocd.log_tail(20)
+        )
+    })?;
+    let running = pushed.elapsed();
+    let (_, reason, message) = deployed(&watch).unwrap_or_default();
+    assert_eq!(reason, "Deployed");
+    assert!(message.contains(&app_name), "{message}");
+    assert!(message.contains("after the push"), "{message}");
+    eprintln!(
+        "push → commit {:.2} s, push → running {:.2} s ({message})",
+        committed.as_secs_f64(),
+        running.as_secs_f64()
+    );
+
+    // Argo CD synced imagewatch's commit, and the node runs the new image in one rollout.
+    let head = git.git(&repo_name, &["rev-parse", "main"])?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(head.trim()))
+        .await?;
+    assert_eq!(git.commit_count(&repo_name, "main")?, 2, "one commit");
+    let deployments: Api<Deployment> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let d = deployments.get("my-api").await?;
+    let spec_image = d
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.first().and_then(|c| c.image.clone()));
+    assert_eq!(
+        spec_image.as_deref(),
+        Some(format!("{image}:v2.0.0").as_str())
+    );
+    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let ready_v2 = wait_until("the v2 Pod Ready", TIMEOUT, || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=my-api"))
+            .await?;
+        Ok(list.items.into_iter().find(|p| {
+            let image_ok = p.spec.as_ref().is_some_and(|s| {
+                s.containers.first().and_then(|c| c.image.as_deref())
+                    == Some(format!("{image}:v2.0.0").as_str())
+            });
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            image_ok && ready
+        }))
+    })
+    .await?;
+    assert!(ready_v2.metadata.name.is_some());
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let sets = replica_sets
+        .list(&ListParams::default().labels("app=my-api"))
+        .await?;
+    assert_eq!(sets.items.len(), 2, "v1 and v2, one rollout each");
+
+    // The operator measured it: an Event, the histogram and the refresh counter.
+    let metrics = s.operator.metrics().await?;
+    assert!(
+        metric(&metrics, "imagewatch_push_to_running_seconds_count") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        metric(
+            &metrics,
+            "imagewatch_argocd_refreshes_total{outcome=\"requested\"}"
+        ) >= 1.0,
+        "{metrics}"
+    );
+    let events = s.ground.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-n",
+        &s.ns.name,
+        "--field-selector",
+        "reason=Deployed",
+        "-o",
+        "name",
+    ])?;
+    assert!(!events.trim().is_empty(), "a Deployed Event");
+    app.delete(&s.admin).await?;
+    Ok(())
+}
+
+/// A watch whose committed file no Application deploys says so, and nothing is patched.
+#[tokio::test]
+async fn a_commit_no_application_deploys_is_reported_as_such() -> anyhow::Result<()> {
+    let s = Scenario::start("argo-none", &[]).await?;
+    ArgoCd::get(s.ground)?;
+    let registry = s.ground.registry()?;
+    let image_repo = format!("argo/none-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    registry.push(&image_repo, "v2.0.0")?;
+    let seed = seed_directory(&format!("{}/{image_repo}:v1.0.0", registry.host))?;
+    let repo_name = format!("argo-{}", s.ns.name);
+    let url = s.ground.git()?.new_repo(&repo_name, seed.path())?;
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  image: {host}/{image_repo}
+  tags: {{pattern: "v*"}}
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target:
+    workload: {{path: apps/my-api/stg, kind: Deployment, name: my-api, container: my-api}}
+"#,
+        ns = s.ns.name,
+        host = registry.host
+    ))?;
+    s.wait_applied("my-api", "v2.0.0").await?;
+    let watch = wait_until("Deployed=Unknown NoApplication", TIMEOUT, || async {
+        let w = s.watches.get("my-api").await?;
+        Ok(deployed(&w).filter(|(_, r, _)| r == "NoApplication"))
+    })
+    .await?;
+    assert_eq!(watch.0, "Unknown");
+    assert!(
+        watch.2.contains("apps/my-api/stg/deployment.yaml"),
+        "{}",
+        watch.2
+    );
+    // Ready is about Git, not Argo CD.
+    let w = s.watches.get("my-api").await?;
+    assert_eq!(
+        imagewatch_e2e::setup::ready(&w).map(|r| r.0).as_deref(),
+        Some("True")
+    );
+    let metrics = s.operator.metrics().await?;
+    assert_eq!(
+        metric(
+            &metrics,
+            "imagewatch_argocd_refreshes_total{outcome=\"requested\"}"
+        ),
+        0.0
+    );
+    Ok(())
+}
