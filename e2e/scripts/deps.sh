@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(docker-registry skopeo apache2-utils openssh-server openssh-client git openssl
-  python3-venv lua5.1 libssl-dev pkg-config curl ca-certificates)
+  python3-venv libssl-dev pkg-config curl ca-certificates)
 GO_MIN_MINOR=24
 
 missing=()

@@ -1,40 +1,131 @@
-//! The Argo CD health checks in `charts/imagewatch/argocd/`, run by the real Lua 5.1
-//! interpreter (Argo CD runs them in gopher-lua, a Lua 5.1) against fixture objects covering
-//! every branch; the shipped argocd-cm patch carries exactly those scripts and applies to a
-//! real ConfigMap with `kubectl patch`.
+//! The Argo CD health checks in `charts/imagewatch/argocd/`, run by Argo CD itself: the
+//! `argocd` CLI of the ground's Argo CD v3.5.1 build (`e2e/scripts/argocd.sh cli`) evaluates
+//! each fixture object with `argocd admin settings resource-overrides health`, reading the
+//! scripts from an argocd-cm made of the shipped argocd-cm patch. The fixtures cover every
+//! branch; the patch carries exactly the `.lua` scripts and applies to a real ConfigMap with
+//! `kubectl patch`.
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use anyhow::{Context as _, ensure};
+use anyhow::{Context as _, bail, ensure};
 use imagewatch_e2e::{Ground, TestNamespace, ground::repo_root};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn argocd_dir() -> PathBuf {
     repo_root().join("charts/imagewatch/argocd")
 }
 
-/// Runs `script` on every case of `fixtures`; returns name → (status, message).
-fn run(script: &PathBuf, fixtures: &str) -> anyhow::Result<BTreeMap<String, (String, String)>> {
-    let testdata = argocd_dir().join("testdata");
-    let out = Command::new("lua5.1")
-        .arg(testdata.join("harness.lua"))
-        .arg(script)
-        .arg(testdata.join(fixtures))
+/// Runs the `argocd` CLI of the ground's build (`e2e/scripts/argocd.sh cli ARGS...`, which
+/// builds it first when needed); its stdout. Fails, naming what is missing, when it cannot run.
+fn argocd_cli(args: &[&str]) -> anyhow::Result<String> {
+    let script = repo_root().join("e2e/scripts/argocd.sh");
+    let out = Command::new(&script)
+        .arg("cli")
+        .args(args)
         .output()
-        .context("running lua5.1 (apt-get install lua5.1; e2e/scripts/deps.sh does)")?;
+        .with_context(|| {
+            format!(
+                "cannot run {} (bash and the script are needed)",
+                script.display()
+            )
+        })?;
     ensure!(
         out.status.success(),
-        "lua5.1 failed: {}",
+        "the Argo CD CLI could not be run: `e2e/scripts/argocd.sh cli {}` failed ({}); \
+         it needs the Argo CD v3.5.1 build (`e2e/scripts/argocd.sh build`: Go and the source \
+         archive in ../shared/vendor):\n{}",
+        args.join(" "),
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).context("the argocd CLI printed non-UTF-8")
+}
+
+/// Writes the argocd-cm ConfigMap Argo CD reads: the shipped patch's data, unchanged, in a
+/// full ConfigMap named argocd-cm.
+fn write_argocd_cm(dir: &Path) -> anyhow::Result<PathBuf> {
+    let patch = patch()?;
+    let data = patch["data"]
+        .as_object()
+        .context("argocd-cm-patch.yaml has no data")?;
+    let cm = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "argocd-cm",
+            "namespace": "argocd",
+            "labels": {
+                "app.kubernetes.io/name": "argocd-cm",
+                "app.kubernetes.io/part-of": "argocd",
+            },
+        },
+        "data": data,
+    });
+    let path = dir.join("argocd-cm.yaml");
+    // JSON is YAML.
+    std::fs::write(&path, serde_json::to_string_pretty(&cm)?)?;
+    Ok(path)
+}
+
+/// Argo CD's health of the one object in `object` under `argocd_cm`: (status, message).
+fn health(argocd_cm: &Path, object: &Path) -> anyhow::Result<(String, String)> {
+    let (Some(object_arg), Some(cm_arg)) = (object.to_str(), argocd_cm.to_str()) else {
+        bail!(
+            "non-UTF-8 path {} or {}",
+            object.display(),
+            argocd_cm.display()
+        );
+    };
+    let out = argocd_cli(&[
+        "admin",
+        "settings",
+        "resource-overrides",
+        "health",
+        object_arg,
+        "--argocd-cm-path",
+        cm_arg,
+    ])?;
+    // STATUS: <status>\nMESSAGE: <message>\n, or a line saying no script applies.
+    let Some(rest) = out.strip_prefix("STATUS: ") else {
+        bail!("{}: Argo CD printed no health: {out:?}", object.display());
+    };
+    let Some((status, message)) = rest.split_once("\nMESSAGE: ") else {
+        bail!("{}: Argo CD printed no message: {out:?}", object.display());
+    };
+    let message = message.strip_suffix('\n').unwrap_or(message);
+    Ok((status.to_string(), message.to_string()))
+}
+
+/// Runs every fixture of `testdata/<dir>` (one `kind` object per file, named after its case)
+/// through Argo CD; returns case → (status, message).
+fn run(dir: &str, kind: &str) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    let tmp = tempfile::tempdir()?;
+    let argocd_cm = write_argocd_cm(tmp.path())?;
+    let fixtures = argocd_dir().join("testdata").join(dir);
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&fixtures).with_context(|| format!("{}", fixtures.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    ensure!(!files.is_empty(), "no fixtures in {}", fixtures.display());
     let mut results = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let mut parts = line.splitn(3, '|');
-        let (Some(name), Some(status), Some(message)) = (parts.next(), parts.next(), parts.next())
-        else {
-            anyhow::bail!("unexpected harness output {line:?}");
-        };
-        results.insert(name.to_string(), (status.to_string(), message.to_string()));
+    for file in files {
+        let name = file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .context("fixture name")?
+            .to_string();
+        let object: Value = serde_saphyr::from_str(&std::fs::read_to_string(&file)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        ensure!(object["kind"] == kind, "{}: not a {kind}", file.display());
+        results.insert(name, health(&argocd_cm, &file)?);
     }
     Ok(results)
 }
@@ -126,21 +217,25 @@ const PROMOTIONPOLICY_CASES: &[(&str, &str, &str)] = &[
 ];
 
 #[test]
+fn the_health_checks_run_in_argocd_v3_5_1() -> anyhow::Result<()> {
+    let version = argocd_cli(&["version", "--client", "--short"])?;
+    assert!(
+        version.trim() == "argocd: v3.5.1" || version.starts_with("argocd: v3.5.1+"),
+        "{version:?}"
+    );
+    Ok(())
+}
+
+#[test]
 fn imagewatch_health_covers_every_branch() -> anyhow::Result<()> {
-    let results = run(
-        &argocd_dir().join("imagewatch.dev_ImageWatch.lua"),
-        "imagewatch_cases.lua",
-    )?;
+    let results = run("imagewatch", "ImageWatch")?;
     check(&results, IMAGEWATCH_CASES);
     Ok(())
 }
 
 #[test]
 fn promotionpolicy_health_covers_every_branch() -> anyhow::Result<()> {
-    let results = run(
-        &argocd_dir().join("imagewatch.dev_PromotionPolicy.lua"),
-        "promotionpolicy_cases.lua",
-    )?;
+    let results = run("promotionpolicy", "PromotionPolicy")?;
     check(&results, PROMOTIONPOLICY_CASES);
     Ok(())
 }
@@ -164,25 +259,29 @@ fn every_operator_reason_has_a_health() -> anyhow::Result<()> {
         (reason::PINNED_TAG_NOT_FOUND, "False", "Degraded"),
     ];
     let tmp = tempfile::tempdir()?;
-    let mut fixtures = String::from("return {\n");
-    for (reason, status, _) in &cases {
-        fixtures.push_str(&format!(
-            "  {{ name = \"{reason}\", obj = {{ metadata = {{ generation = 4 }}, status = {{ observedGeneration = 4, conditions = {{ {{ type = \"Ready\", status = \"{status}\", reason = \"{reason}\", message = \"m-{reason}\" }} }} }} }} }},\n"
-        ));
-    }
-    fixtures.push_str("}\n");
-    let path = tmp.path().join("reasons.lua");
-    std::fs::write(&path, fixtures)?;
-    let out = Command::new("lua5.1")
-        .arg(argocd_dir().join("testdata/harness.lua"))
-        .arg(argocd_dir().join("imagewatch.dev_ImageWatch.lua"))
-        .arg(&path)
-        .output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    for (reason, _, health) in &cases {
-        assert!(
-            stdout.contains(&format!("{reason}|{health}|m-{reason}\n")),
-            "{reason}: expected {health}, got:\n{stdout}"
+    let argocd_cm = write_argocd_cm(tmp.path())?;
+    for (reason, status, health_status) in &cases {
+        let object = json!({
+            "apiVersion": "imagewatch.dev/v1alpha1",
+            "kind": "ImageWatch",
+            "metadata": {"name": "my-api", "namespace": "my-api", "generation": 4},
+            "status": {
+                "observedGeneration": 4,
+                "conditions": [{
+                    "type": "Ready",
+                    "status": status,
+                    "reason": reason,
+                    "message": format!("m-{reason}"),
+                }],
+            },
+        });
+        let path = tmp.path().join(format!("{reason}.yaml"));
+        std::fs::write(&path, serde_json::to_string_pretty(&object)?)?;
+        let got = health(&argocd_cm, &path)?;
+        assert_eq!(
+            got,
+            (health_status.to_string(), format!("m-{reason}")),
+            "{reason}"
         );
     }
     Ok(())
