@@ -7,39 +7,13 @@ use imagewatch_e2e::{
 };
 use kube::api::ObjectMeta;
 
-/// The part of Argo CD's Application CRD the operator reads (the real CRD is large; the API
-/// server only needs a structural schema that keeps the fields).
-const APPLICATION_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: applications.argoproj.io}
-spec:
-  group: argoproj.io
-  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
-
 #[tokio::test]
 async fn git_location_comes_from_the_managing_application() -> anyhow::Result<()> {
     // The Application lives in the scenario's namespace; the tracking annotation's
     // `<namespace>_<app>` form names it there.
     let s = Scenario::start("argo", &[]).await?;
-    s.apply(APPLICATION_CRD)?;
-    s.ground.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/applications.argoproj.io",
-    ])?;
+    // Argo CD's Application API: the ground's real Argo CD installs it.
+    imagewatch_e2e::argocd::ArgoCd::get(s.ground)?;
 
     let registry = s.ground.registry()?;
     let git = s.ground.git()?;

@@ -25,6 +25,7 @@ use axum::{
 };
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
+    argocd::ArgoCd,
     ground::random_suffix,
     setup::moto,
     setup::{Scenario, create_secret},
@@ -267,6 +268,13 @@ fn seed_manifests(
     std::fs::write(
         prd.join(".argocd-source-my-api-prd.yaml"),
         argocd_source(production),
+    )?;
+    // What an Argo CD Application of the staging gate can deploy and call Healthy.
+    let healthy = dir.path().join("argo/healthy");
+    std::fs::create_dir_all(&healthy)?;
+    std::fs::write(
+        healthy.join("configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: gate-probe}\ndata: {stage: staging}\n",
     )?;
     let git = s.ground.git()?;
     let url = git.new_repo(name, dir.path())?;
@@ -777,39 +785,20 @@ spec:
     Ok(())
 }
 
-/// The part of Argo CD's Application CRD the operator reads.
-const APPLICATION_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: applications.argoproj.io}
-spec:
-  group: argoproj.io
-  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
-
-fn application(ns: &str, sync: &str, health: &str, revision: &str) -> String {
+/// The staging Application in the ground's real Argo CD, deploying `path` of `url` into the
+/// scenario's namespace by itself; Argo CD writes its status.
+fn application(argocd: &ArgoCd, name: &str, url: &str, path: &str, ns: &str) -> String {
     format!(
         r#"apiVersion: argoproj.io/v1alpha1
 kind: Application
-metadata: {{name: my-api-stg, namespace: {ns}}}
+metadata: {{name: {name}, namespace: {argo}}}
 spec:
   project: default
-  source: {{repoURL: "https://example.invalid/m.git", targetRevision: main, path: overlays/staging}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: my-api}}
-status:
-  sync: {{status: {sync}, revision: "{revision}"}}
-  health: {{status: {health}}}
-"#
+  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {ns}}}
+  syncPolicy: {{automated: {{prune: true}}}}
+"#,
+        argo = argocd.namespace
     )
 }
 
@@ -823,13 +812,7 @@ async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() ->
         &["--signing-key", &signing_key.display().to_string()],
     )
     .await?;
-    s.apply(APPLICATION_CRD)?;
-    s.ground.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/applications.argoproj.io",
-    ])?;
+    let argocd = ArgoCd::get(s.ground)?;
     let git = s.ground.git()?;
     let sfx = random_suffix();
     let stg = format!("registry.example.com/stg-{sfx}");
@@ -848,12 +831,14 @@ async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() ->
         ],
     )?;
     let main_head = git.git(&repo, &["rev-parse", "main"])?.trim().to_string();
-    s.apply(&application(
-        &s.ns.name,
-        "OutOfSync",
-        "Progressing",
-        "0000000000000000000000000000000000000000",
-    ))?;
+    // Staging as Argo CD deploys it: the overlay names a base the repository lacks, so Argo CD
+    // cannot render it and the Application is not Healthy.
+    argocd.add_git_repository(&format!("repo-{}", s.ns.name), &url)?;
+    let app_name = format!("stg-{}", s.ns.name);
+    let app = argocd.apply(
+        &application(&argocd, &app_name, &url, "overlays/staging", &s.ns.name),
+        &[&app_name],
+    )?;
 
     // Source: the staging overlay itself (from.path); mode Commit on release.
     s.apply(&format!(
@@ -868,12 +853,13 @@ spec:
     branch: release
     imageRewrite: [{{from: "{stg}/", to: "{prd}/"}}]
   gates:
-    application: {{name: my-api-stg, namespace: {ns}}}
+    application: {{name: {app_name}, namespace: {argo}}}
     approval: true
   mode: Commit
   interval: 10s
 "#,
-        ns = s.ns.name
+        ns = s.ns.name,
+        argo = argocd.namespace
     ))?;
     let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
     let p = wait_policy(&s, &policies, "my-api", "ApplicationNotHealthy", |p| {
@@ -881,14 +867,23 @@ spec:
     })
     .await?;
     assert!(
-        condition(&p, conditions::GATES_PASSING)
-            .is_some_and(|c| c.2.contains("OutOfSync/Progressing")),
+        condition(&p, conditions::GATES_PASSING).is_some_and(|c| c.2.contains(&app_name)),
         "{:?}",
         condition(&p, conditions::GATES_PASSING)
     );
 
-    // Argo CD reports staging Synced + Healthy at main's head: now only approval is missing.
-    s.apply(&application(&s.ns.name, "Synced", "Healthy", &main_head))?;
+    // Staging now deploys what Argo CD can render (a ConfigMap): Argo CD reports it Synced
+    // and Healthy at main's head, and only approval is missing.
+    s.apply(&application(
+        &argocd,
+        &app_name,
+        &url,
+        "argo/healthy",
+        &s.ns.name,
+    ))?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(&main_head))
+        .await?;
     let p = wait_policy(&s, &policies, "my-api", "AwaitingApproval", |p| {
         condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
     })
@@ -998,6 +993,7 @@ spec:
         "the rollback restores the file byte for byte"
     );
     assert_eq!(git.commit_count(&repo, "release")?, 3);
+    app.delete(&s.admin).await?;
     Ok(())
 }
 

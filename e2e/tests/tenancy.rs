@@ -21,26 +21,6 @@ use kube::Api;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The part of Argo CD's Application CRD the operator reads (preserving unknown fields).
-const APPLICATION_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: applications.argoproj.io}
-spec:
-  group: argoproj.io
-  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
-
 fn watch_yaml(ns: &str, name: &str, git: &str, secret_ref: &str) -> String {
     format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
@@ -162,13 +142,8 @@ impl Tenants {
     async fn start(extra: &[&str], set: &[&str]) -> anyhow::Result<Self> {
         let ground = Ground::get()?;
         ground.install_crds()?;
-        ground.kubectl_try(&["apply", "-f", "-"], Some(APPLICATION_CRD))?;
-        ground.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/applications.argoproj.io",
-        ])?;
+        // Argo CD's Application API: the ground's real Argo CD installs it.
+        imagewatch_e2e::argocd::ArgoCd::get(ground)?;
         let op = TestNamespace::create(ground, "tenant-op").await?;
         let a = TestNamespace::create(ground, "team-a").await?;
         let b = TestNamespace::create(ground, "team-b").await?;
@@ -318,22 +293,6 @@ spec:
 "#
         ))?;
     }
-
-    // What Argo CD reports of b-app: its revision is team-b's head commit.
-    t.apply(&format!(
-        r#"apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: b-app, namespace: {argocd}}}
-spec:
-  project: default
-  source: {{repoURL: "{url}", targetRevision: HEAD, path: ""}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
-status:
-  sync: {{status: Synced, revision: {head}}}
-  health: {{status: Healthy}}
-"#,
-        argocd = t.argocd.name
-    ))?;
 
     // team-a, without credentials for that repository: by URL, and by naming team-b's
     // Applications in a tracking annotation (both forms) or an instance label.
