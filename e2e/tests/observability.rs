@@ -23,7 +23,7 @@ fn chart_dir() -> PathBuf {
     repo_root().join("charts/imagewatch")
 }
 
-/// The promtool built by `e2e/scripts/promtool.sh` (built here when absent).
+/// The promtool `e2e/scripts/promtool.sh` unpacks from Debian's package (here when absent).
 fn promtool() -> anyhow::Result<PathBuf> {
     let out = Command::new(repo_root().join("e2e/scripts/promtool.sh"))
         .arg("path")
