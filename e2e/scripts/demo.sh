@@ -4,7 +4,10 @@
 # Starts the control plane, registry and git server; installs the chart's CRDs and RBAC;
 # runs the operator under the chart's ServiceAccount; applies samples/canary-primary; pushes
 # my-api:canary-v1.2.4 and shows the commit it became, the measured push -> commit latency,
-# `kubectl get iw` and `kubectl describe iw` (with Events). The registry notifies the
+# `kubectl get iw` and `kubectl describe iw` (with Events). With the ground's node and Argo CD
+# (the default), an Argo CD Application deploys the overlay onto the node first, and the demo
+# follows the commit to the new Pod: imagewatch asks Argo CD to refresh, Argo CD syncs, and
+# the watch's `Deployed` condition says how long push -> running took. The registry notifies the
 # operator's webhook listener, so the commit is event-driven; the watches still poll (every
 # 5m here) as the fallback, and the demo says when the commit came from a poll instead.
 # Set DEMO_KEEP=1 to leave everything running afterwards.
@@ -66,23 +69,82 @@ KC
 
 say "seeding the manifests repository from samples/canary-primary/manifests"
 cp -r samples/canary-primary/manifests "$DEMO/seed"
-sed -i "s#registry.example.com#$IMAGEWATCH_REGISTRY#g" "$DEMO"/seed/apps/my-api/overlays/stg/*.yaml
+sed -i "s#registry.example.com/my-api:#$IMAGEWATCH_REGISTRY/$NS/my-api:#g" "$DEMO"/seed/apps/my-api/overlays/stg/*.yaml
 REPO_NAME=demo-$NS
 "$SCRIPTS_DIR/new-repo.sh" "$REPO_NAME" "$DEMO/seed" >/dev/null
 # HTTPS with the ground's own CA (the operator trusts it through SSL_CERT_FILE below).
 GIT_URL="${IMAGEWATCH_GIT_HTTPS_URL}${REPO_NAME}.git"
 
+# Argo CD deploys the overlay onto the node (the Pods then really run the pushed image).
+ARGO=0
+PUSH=()
+if [[ -n ${IMAGEWATCH_ARGOCD_NAMESPACE:-} && -n ${IMAGEWATCH_NODE_NAME:-} ]]; then
+  ARGO=1
+  PUSH=(--runnable)
+  # The ground's node: loopback network (so no container port: two Pods of the node's network
+  # cannot both hold 8080), a taint, the registry's pull Secret. The init container of the
+  # sample would wait forever in a program that never exits: left out.
+  sed -i "s#^namespace: my-api#namespace: $NS#" "$DEMO/seed/apps/my-api/overlays/stg/kustomization.yaml"
+  cat >>"$DEMO/seed/apps/my-api/overlays/stg/kustomization.yaml" <<'EOF'
+patches:
+  - target: {kind: Deployment}
+    patch: |-
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: add, path: /spec/template/spec/terminationGracePeriodSeconds, value: 1}
+      - {op: add, path: /spec/template/spec/imagePullSecrets, value: [{name: regcred}]}
+      - {op: add, path: /spec/template/spec/tolerations, value: [{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}]}
+      - {op: remove, path: /spec/template/spec/containers/0/ports}
+  - target: {kind: Deployment, name: my-api-primary}
+    patch: |-
+      - {op: remove, path: /spec/template/spec/initContainers}
+      - {op: replace, path: /spec/replicas, value: 1}
+EOF
+  REPO_NAME=$REPO_NAME-argo
+  "$SCRIPTS_DIR/new-repo.sh" "$REPO_NAME" "$DEMO/seed" >/dev/null
+  GIT_URL="${IMAGEWATCH_GIT_HTTPS_URL}${REPO_NAME}.git"
+else
+  say "no node or no Argo CD on this ground: the demo stops at the commit"
+fi
+
 say "pushing my-api:canary-v1.2.3 and my-api:primary-v1.2.3 (what Git already runs)"
 # A repository of its own, so a test ground that ran the demo before holds none of its tags.
 IMAGE_REPO=$NS/my-api
-"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.3" >/dev/null
-"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:primary-v1.2.3" >/dev/null
+"$SCRIPTS_DIR/push-image.sh" "${PUSH[@]}" "$IMAGE_REPO:canary-v1.2.3" >/dev/null
+"$SCRIPTS_DIR/push-image.sh" "${PUSH[@]}" "$IMAGE_REPO:primary-v1.2.3" >/dev/null
 
 kubectl -n "$NS" create secret docker-registry regcred --docker-server="$IMAGEWATCH_REGISTRY" \
   --docker-username="$IMAGEWATCH_REGISTRY_USER" --docker-password="$IMAGEWATCH_REGISTRY_PASSWORD" >/dev/null
 kubectl -n "$NS" create secret generic git-creds --from-literal=username="$IMAGEWATCH_GIT_USER" \
   --from-literal=token="$IMAGEWATCH_GIT_TOKEN" >/dev/null
 kubectl -n "$NS" create secret generic hooks --from-literal=distribution-token="$WEBHOOK_TOKEN" >/dev/null
+
+if ((ARGO)); then
+  APP=demo-$NS
+  say "Argo CD deploys apps/my-api/overlays/stg into $NS (Application $IMAGEWATCH_ARGOCD_NAMESPACE/$APP)"
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: repo-$NS
+  namespace: $IMAGEWATCH_ARGOCD_NAMESPACE
+  labels: {argocd.argoproj.io/secret-type: repository}
+stringData: {type: git, url: "$GIT_URL", username: "$IMAGEWATCH_GIT_USER", password: "$IMAGEWATCH_GIT_TOKEN"}
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {name: $APP, namespace: $IMAGEWATCH_ARGOCD_NAMESPACE}
+spec:
+  project: default
+  source: {repoURL: "$GIT_URL", targetRevision: main, path: apps/my-api/overlays/stg}
+  destination: {server: "https://kubernetes.default.svc", namespace: $NS}
+  syncPolicy: {automated: {prune: true}}
+EOF
+  kubectl -n "$IMAGEWATCH_ARGOCD_NAMESPACE" wait --for=jsonpath='{.status.health.status}'=Healthy \
+    --timeout=180s "applications.argoproj.io/$APP" >/dev/null ||
+    { kubectl -n "$IMAGEWATCH_ARGOCD_NAMESPACE" get "applications.argoproj.io/$APP" -o yaml | tail -30; die "Argo CD did not deploy the overlay"; }
+  kubectl -n "$IMAGEWATCH_ARGOCD_NAMESPACE" get "applications.argoproj.io/$APP"
+  kubectl -n "$NS" get pods -o wide
+fi
 
 say "starting the operator as ServiceAccount $NS/imagewatch (log: $DEMO/operator.log)"
 KUBECONFIG="$SA_KUBECONFIG" SSL_CERT_FILE="$IMAGEWATCH_GIT_CA_BUNDLE" RUST_LOG=info \
@@ -103,7 +165,7 @@ kubectl -n "$NS" wait --for=condition=Ready --timeout=90s imagewatches/my-api-ca
 kubectl -n "$NS" get imagewatches
 
 say "CI pushes my-api:canary-v1.2.4"
-"$SCRIPTS_DIR/push-image.sh" "$IMAGE_REPO:canary-v1.2.4"
+"$SCRIPTS_DIR/push-image.sh" "${PUSH[@]}" "$IMAGE_REPO:canary-v1.2.4"
 # The registry notifies at the manifest push, the last step of push-image.sh: measure from
 # the moment it returns (the commit may even be there already).
 t0=$(date +%s%N)
@@ -122,3 +184,13 @@ say "kubectl get iw"
 kubectl -n "$NS" get iw
 say "kubectl describe iw my-api-canary"
 kubectl -n "$NS" describe iw my-api-canary
+if ((ARGO)); then
+  say "following the commit to the running Pod (imagewatch asked Argo CD to refresh; Argo CD synced)"
+  kubectl -n "$NS" wait --for=condition=Deployed --timeout=180s imagewatches/my-api-canary >/dev/null ||
+    { tail -30 "$DEMO/operator.log"; kubectl -n "$NS" get iw my-api-canary -o yaml | tail -30; die "the commit did not reach a running Pod"; }
+  t2=$(date +%s%N)
+  say "push -> commit ${ms} ms, push -> running $(((t2 - t0) / 1000000)) ms; the watch says:"
+  kubectl -n "$NS" get iw my-api-canary -o jsonpath='{.status.conditions[?(@.type=="Deployed")].message}{"\n"}'
+  kubectl -n "$NS" get pods -l track=canary -o custom-columns='POD:.metadata.name,IMAGE:.spec.containers[0].image,READY:.status.conditions[?(@.type=="Ready")].status'
+  kubectl -n "$IMAGEWATCH_ARGOCD_NAMESPACE" delete "applications.argoproj.io/$APP" --wait=false >/dev/null
+fi
