@@ -85,6 +85,23 @@ stringData: {{type: git, url: "{url}", username: "{user}", password: "{token}"}}
         })
     }
 
+    /// An Application in Argo CD's namespace deploying `path` of `url` (branch main) into
+    /// `namespace`, syncing by itself (automated, with prune).
+    pub fn application(&self, name: &str, url: &str, path: &str, namespace: &str) -> String {
+        format!(
+            r#"apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}, namespace: {argo}}}
+spec:
+  project: default
+  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {namespace}}}
+  syncPolicy: {{automated: {{prune: true}}}}
+"#,
+            argo = self.namespace
+        )
+    }
+
     /// The Applications API of Argo CD's namespace.
     pub fn applications(&self, client: &Client) -> Api<DynamicObject> {
         Api::namespaced_with(client.clone(), &self.namespace, &application_resource())

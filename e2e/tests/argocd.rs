@@ -63,22 +63,6 @@ fn deployed(w: &ImageWatch) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-/// An Application deploying `path` of `url` into the scenario's namespace, syncing by itself.
-fn application(argocd: &ArgoCd, name: &str, url: &str, path: &str, ns: &str) -> String {
-    format!(
-        r#"apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: {name}, namespace: {argo}}}
-spec:
-  project: default
-  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {ns}}}
-  syncPolicy: {{automated: {{prune: true}}}}
-"#,
-        argo = argocd.namespace
-    )
-}
-
 /// Push → commit → Argo CD sync → the Deployment's new Pod Ready with the new image, once.
 #[tokio::test]
 async fn a_push_runs_in_the_pod_argo_cd_deploys() -> anyhow::Result<()> {
@@ -103,7 +87,7 @@ async fn a_push_runs_in_the_pod_argo_cd_deploys() -> anyhow::Result<()> {
     argocd.add_git_repository(&format!("repo-{}", s.ns.name), &url)?;
     let app_name = format!("run-{}", s.ns.name);
     let app = argocd.apply(
-        &application(&argocd, &app_name, &url, "apps/my-api/stg", &s.ns.name),
+        &argocd.application(&app_name, &url, "apps/my-api/stg", &s.ns.name),
         &[&app_name],
     )?;
     let seeded = git.git(&repo_name, &["rev-parse", "main"])?;
@@ -284,5 +268,73 @@ spec:
         ),
         0.0
     );
+    Ok(())
+}
+
+/// `.argocd-source-<app>.yaml` as Argo CD's repo-server reads it: an overlay whose `images[]`
+/// renames `my-api` to the registry's repository keeps that repository when
+/// `imagewatch set-image --argocd-source … --tag` sets a new tag (Argo CD runs
+/// `kustomize edit set image` with the file's strings).
+#[tokio::test]
+async fn a_new_tag_in_the_argocd_source_file_keeps_the_overlays_registry() -> anyhow::Result<()> {
+    let s = Scenario::start("argo-src", &[]).await?;
+    let argocd = ArgoCd::get(s.ground)?;
+    let registry = format!("{}/argo/src-{}", s.ground.registry()?.host, random_suffix());
+    let seed = tempfile::tempdir()?;
+    let overlay = seed.path().join("apps/web/overlay");
+    std::fs::create_dir_all(&overlay)?;
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        format!(
+            "resources: [deployment.yaml]\nimages:\n- name: my-api\n  newName: {registry}\n  newTag: v1.2.4\n"
+        ),
+    )?;
+    // No replicas: only the rendered image matters here.
+    std::fs::write(
+        overlay.join("deployment.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 0\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers:\n      - {name: web, image: my-api}\n",
+    )?;
+    let app_name = format!("src-{}", s.ns.name);
+    let out = std::process::Command::new(imagewatch_e2e::operator::binary())
+        .args(["set-image", "--argocd-source"])
+        .arg(&overlay)
+        .args([
+            "--application",
+            &app_name,
+            "--name",
+            "my-api",
+            "--tag",
+            "v1.2.5",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "set-image: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(overlay.join(format!(".argocd-source-{app_name}.yaml")))?;
+    assert!(written.contains("- my-api=*:v1.2.5"), "{written}");
+
+    let repo_name = format!("argo-{}", s.ns.name);
+    let git = s.ground.git()?;
+    let url = git.new_repo(&repo_name, seed.path())?;
+    argocd.add_git_repository(&format!("repo-{}", s.ns.name), &url)?;
+    let app = argocd.apply(
+        &argocd.application(&app_name, &url, "apps/web/overlay", &s.ns.name),
+        &[&app_name],
+    )?;
+    let head = git.git(&repo_name, &["rev-parse", "main"])?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(head.trim()))
+        .await?;
+    let deployments: Api<Deployment> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let image = deployments
+        .get("web")
+        .await?
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.first().and_then(|c| c.image.clone()));
+    assert_eq!(image, Some(format!("{registry}:v1.2.5")));
+    app.delete(&s.admin).await?;
     Ok(())
 }

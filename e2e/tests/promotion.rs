@@ -785,23 +785,6 @@ spec:
     Ok(())
 }
 
-/// The staging Application in the ground's real Argo CD, deploying `path` of `url` into the
-/// scenario's namespace by itself; Argo CD writes its status.
-fn application(argocd: &ArgoCd, name: &str, url: &str, path: &str, ns: &str) -> String {
-    format!(
-        r#"apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: {name}, namespace: {argo}}}
-spec:
-  project: default
-  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {ns}}}
-  syncPolicy: {{automated: {{prune: true}}}}
-"#,
-        argo = argocd.namespace
-    )
-}
-
 #[tokio::test]
 async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() -> anyhow::Result<()>
 {
@@ -836,7 +819,7 @@ async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() ->
     argocd.add_git_repository(&format!("repo-{}", s.ns.name), &url)?;
     let app_name = format!("stg-{}", s.ns.name);
     let app = argocd.apply(
-        &application(&argocd, &app_name, &url, "overlays/staging", &s.ns.name),
+        &argocd.application(&app_name, &url, "overlays/staging", &s.ns.name),
         &[&app_name],
     )?;
 
@@ -874,13 +857,7 @@ spec:
 
     // Staging now deploys what Argo CD can render (a ConfigMap): Argo CD reports it Synced
     // and Healthy at main's head, and only approval is missing.
-    s.apply(&application(
-        &argocd,
-        &app_name,
-        &url,
-        "argo/healthy",
-        &s.ns.name,
-    ))?;
+    s.apply(&argocd.application(&app_name, &url, "argo/healthy", &s.ns.name))?;
     argocd
         .wait_synced_healthy(&s.admin, &app_name, Some(&main_head))
         .await?;

@@ -20,10 +20,12 @@
 //! rewritten; a bare `ref` stays bare while the repository stays the same.
 //! A missing string is appended (creating `kustomize.images`, or the whole file
 //! with just that, when needed): as `name=ref` for a whole new image, and as
-//! `name:tag` for a new tag alone. Argo CD passes each string to
-//! `kustomize edit set image`, where `name=ref` also sets the entry's `newName`
-//! and `name:tag` sets only `newTag`: an overlay whose `images[]` renames `name`
-//! to a registry's repository keeps that repository only in the second form.
+//! `name=*:tag` for a new tag alone. Argo CD passes each string to
+//! `kustomize edit set image`, which replaces the overlay's `images[]` entry of
+//! `name` whole: `name=ref` and even `name:tag` drop the entry's `newName` (an
+//! overlay renaming `name` to a registry's repository then deploys `name:tag`,
+//! checked against Argo CD v3.5.1 with kustomize v5.8.1), while the `*` keeps it.
+//! An entry already written as `name=*:tag` keeps that form for a new tag.
 //!
 //! Helm parameters: when `helm.parameters` has an entry named `<image>.tag`
 //! or `image.tag`, its `value` gets the new tag, and for a full new image an
@@ -70,6 +72,15 @@ pub(crate) fn plan<N: AsRef<str>>(
     let new_ref = |current: Option<&str>| -> Result<String, EditError> {
         match change {
             ImageChange::Image(reference) => Ok(reference.clone()),
+            // A tag alone for an image without a string yet, or one already kept by `*`.
+            ImageChange::Tag(tag) if current.is_none_or(|c| c.starts_with("*:")) => {
+                // Validates the tag the way every other tag is.
+                ImageRef::parse(image)
+                    .map_err(EditError::InvalidNewImage)?
+                    .with_tag(tag)
+                    .map_err(EditError::InvalidNewImage)?;
+                Ok(format!("*:{tag}"))
+            }
             ImageChange::Tag(tag) => {
                 let base = match current {
                     Some(current) => {
@@ -91,11 +102,6 @@ pub(crate) fn plan<N: AsRef<str>>(
         }
     };
 
-    // A string for an image that has none yet.
-    let added_entry = |new: &str| match change {
-        ImageChange::Tag(tag) => format!("{image}:{tag}"),
-        ImageChange::Image(_) => format!("{image}={new}"),
-    };
     let Some((index, name, text)) = find_file(files, file) else {
         // Create the file with just this image.
         let new = new_ref(None)?;
@@ -108,7 +114,7 @@ pub(crate) fn plan<N: AsRef<str>>(
             "kustomize",
             &Value::Map(vec![(
                 "images".into(),
-                Value::Seq(vec![Value::str(added_entry(&new))]),
+                Value::Seq(vec![Value::str(format!("{image}={new}"))]),
             )]),
             0,
         );
@@ -193,8 +199,6 @@ pub(crate) fn plan<N: AsRef<str>>(
             && ImageRef::parse(&new).is_ok_and(|r| r.repository() == image);
         let new_entry = if bare {
             new.clone()
-        } else if old_entry.is_none() {
-            added_entry(&new)
         } else {
             format!("{image}={new}")
         };
@@ -405,29 +409,29 @@ mod tests {
         let tag = || ImageChange::Tag("v2".to_owned());
         assert_eq!(
             run(Some(""), tag()).unwrap().unwrap(),
-            "kustomize:\n  images:\n  - web:v2\n"
+            "kustomize:\n  images:\n  - web=*:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  namePrefix: p-\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize:\n  namePrefix: p-\n  images:\n  - web:v2\n"
+            "kustomize:\n  namePrefix: p-\n  images:\n  - web=*:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n"), tag()).unwrap().unwrap(),
-            "kustomize:\n  images:\n  - web:v2\n"
+            "kustomize:\n  images:\n  - web=*:v2\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  images:\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize:\n  images:\n  - web:v2\n"
+            "kustomize:\n  images:\n  - web=*:v2\n"
         );
         assert_eq!(
             run(Some("kustomize: {images: [db:1]}\n"), tag())
                 .unwrap()
                 .unwrap(),
-            "kustomize: {images: [db:1, web:v2]}\n"
+            "kustomize: {images: [db:1, web=*:v2]}\n"
         );
         assert_eq!(
             run(Some("kustomize:\n  images:\n  - web=web:v2\n"), tag()).unwrap(),
@@ -435,14 +439,32 @@ mod tests {
         );
     }
 
-    /// `kustomize edit set image web=web:v2` would replace the overlay's `newName` (a
-    /// rename of `web` to a registry's repository) with `web`; `web:v2` sets the tag alone.
+    /// `kustomize edit set image web=web:v2` (and `web:v2`) replace the overlay's entry
+    /// whole, dropping its `newName` (a rename of `web` to a registry's repository);
+    /// `web=*:v2` keeps it.
     #[test]
     fn a_new_tag_alone_keeps_the_overlays_new_name() {
         let tag = ImageChange::Tag("v1.2.5".to_owned());
         assert_eq!(
             run(None, tag.clone()).unwrap().unwrap(),
-            "kustomize:\n  images:\n  - web:v1.2.5\n"
+            "kustomize:\n  images:\n  - web=*:v1.2.5\n"
+        );
+        // The form stays for the next tag, and a bad tag is refused.
+        assert_eq!(
+            run(
+                Some("kustomize:\n  images:\n  - web=*:v1.2.5\n"),
+                ImageChange::Tag("v1.2.6".into())
+            )
+            .unwrap()
+            .unwrap(),
+            "kustomize:\n  images:\n  - web=*:v1.2.6\n"
+        );
+        assert!(
+            run(
+                Some("kustomize:\n  images:\n  - web=*:v1.2.5\n"),
+                ImageChange::Tag("bad tag".into())
+            )
+            .is_err()
         );
         // A whole image names its repository.
         assert_eq!(
