@@ -338,3 +338,154 @@ async fn a_new_tag_in_the_argocd_source_file_keeps_the_overlays_registry() -> an
     app.delete(&s.admin).await?;
     Ok(())
 }
+
+/// Argo CD syncs a directory of ImageWatches from Git: Synced and Healthy, still Synced
+/// after imagewatch writes status (no drift), and a broken watch makes its Application
+/// Degraded with the watch's reason.
+#[tokio::test]
+async fn argo_cd_syncs_the_watches_and_reports_a_broken_one() -> anyhow::Result<()> {
+    let s = Scenario::start("argo-crs", &[]).await?;
+    let argocd = ArgoCd::get(s.ground)?;
+    let registry = s.ground.registry()?;
+    let image_repo = format!("argo/crs-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let git = s.ground.git()?;
+    // The manifests the watch writes to, and the directory of watches Argo CD syncs.
+    let manifests = seed_directory(&format!("{}/{image_repo}:v1.0.0", registry.host))?;
+    let manifests_repo = format!("argo-m-{}", s.ns.name);
+    let manifests_url = git.new_repo(&manifests_repo, manifests.path())?;
+    let watch = |name: &str, pattern: &str| {
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: {name}}}
+spec:
+  image: {host}/{image_repo}
+  tags: {{pattern: "{pattern}"}}
+  interval: 10s
+  credentials: {{secretRef: {{name: regcred}}}}
+  git: {{url: "{manifests_url}", secretRef: {{name: git-creds}}}}
+  target:
+    workload: {{path: apps/my-api/stg, kind: Deployment, name: my-api, container: my-api}}
+"#,
+            host = registry.host
+        )
+    };
+    let crs = tempfile::tempdir()?;
+    std::fs::create_dir_all(crs.path().join("watches"))?;
+    std::fs::write(
+        crs.path().join("watches/my-api.yaml"),
+        watch("my-api", "v*"),
+    )?;
+    let crs_repo = format!("argo-crs-{}", s.ns.name);
+    let crs_url = git.new_repo(&crs_repo, crs.path())?;
+    argocd.add_git_repository(&format!("repo-{}", s.ns.name), &crs_url)?;
+    let app_name = format!("crs-{}", s.ns.name);
+    let app = argocd.apply(
+        &argocd.application(&app_name, &crs_url, "watches", &s.ns.name),
+        &[&app_name],
+    )?;
+    let head = git.git(&crs_repo, &["rev-parse", "main"])?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(head.trim()))
+        .await?;
+    s.wait_ready("my-api", "True", "UpToDate").await?;
+
+    // imagewatch commits a new tag and writes status: Argo CD still sees no drift.
+    registry.push(&image_repo, "v1.1.0")?;
+    s.wait_applied("my-api", "v1.1.0").await?;
+    argocd
+        .wait_synced_healthy(&s.admin, &app_name, Some(head.trim()))
+        .await?;
+
+    // A watch whose regex does not compile (the CRD cannot judge it, the operator can).
+    std::fs::write(
+        crs.path().join("watches/broken.yaml"),
+        watch("broken", "regex:^v(?P<v>[0-9]+$"),
+    )?;
+    let work = tempfile::tempdir()?;
+    let clone = work.path().join("c");
+    let repo_dir = git.repo_dir(&crs_repo);
+    let run = |args: &[&str]| -> anyhow::Result<()> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(work.path())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    run(&["clone", "-q", &repo_dir.display().to_string(), "c"])?;
+    std::fs::copy(
+        crs.path().join("watches/broken.yaml"),
+        clone.join("watches/broken.yaml"),
+    )?;
+    let c = clone.display().to_string();
+    run(&["-C", &c, "add", "watches/broken.yaml"])?;
+    run(&[
+        "-C",
+        &c,
+        "-c",
+        "user.name=dev",
+        "-c",
+        "user.email=dev@example.invalid",
+        "commit",
+        "-qm",
+        "broken watch",
+    ])?;
+    run(&["-C", &c, "push", "-q", "origin", "main"])?;
+    // A person's commit: Argo CD notices it at its next refresh; ask for one as a webhook would.
+    s.ground.kubectl(&[
+        "annotate",
+        "applications.argoproj.io",
+        &app_name,
+        "-n",
+        &argocd.namespace,
+        "argocd.argoproj.io/refresh=normal",
+        "--overwrite",
+    ])?;
+    let apps = argocd.applications(&s.admin);
+    let degraded = wait_until(
+        "the Application Degraded by the broken watch",
+        TIMEOUT,
+        || async {
+            let app = serde_json::to_value(apps.get(&app_name).await?)?;
+            let resource = app
+                .pointer("/status/resources")
+                .and_then(|r| r.as_array())
+                .and_then(|r| {
+                    r.iter()
+                        .find(|r| r.get("name").and_then(|n| n.as_str()) == Some("broken"))
+                        .cloned()
+                });
+            let health = app
+                .pointer("/status/health/status")
+                .and_then(|h| h.as_str());
+            // Argo CD 3 keeps each resource's health out of the Application (in its cache,
+            // shown by the UI) unless controller.resource.health.persist is set: the
+            // Application's own health is what every install sees.
+            match resource {
+                Some(r) if health == Some("Degraded") => Ok(Some(r)),
+                other => anyhow::bail!(
+                    "Application health {health:?}, sync {:?}, the broken watch {other:?}, last operation {:?}",
+                    app.pointer("/status/sync/status"),
+                    app.pointer("/status/operationState/message")
+                ),
+            }
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", argocd.log_tail(20)))?;
+    assert_eq!(
+        degraded.pointer("/status").and_then(|s| s.as_str()),
+        Some("Synced"),
+        "the broken watch is applied as written: {degraded}"
+    );
+    // What Argo CD's health check reads: the watch's Ready condition and its reason.
+    s.wait_ready("broken", "False", "InvalidSpec").await?;
+    app.delete(&s.admin).await?;
+    Ok(())
+}
