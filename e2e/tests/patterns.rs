@@ -12,10 +12,8 @@ use std::process::Command;
 use imagewatch::registry::{Credentials, RegistryClient, RegistryOptions, TagPaging};
 use imagewatch_crd::{ImageWatch, imagewatch::MemberStatus};
 use imagewatch_e2e::{
-    NotifyingRegistry,
     ground::{random_suffix, repo_root},
-    operator::free_port,
-    setup::{Scenario, TIMEOUT, create_secret, ready},
+    setup::{Scenario, TIMEOUT, ready, webhook_scenario},
     wait_until,
 };
 
@@ -50,46 +48,11 @@ fn deployment(name: &str, image: &str) -> String {
 #[tokio::test]
 async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry()
 -> anyhow::Result<()> {
-    let port = free_port()?;
-    let addr = format!("127.0.0.1:{port}");
-    let token = format!("tok-{}", random_suffix());
-    let registry = NotifyingRegistry::start(&format!("http://{addr}/hooks/distribution"), &token)?;
-    let host = registry.var("IMAGEWATCH_REGISTRY");
+    let (registry, host, s, _) = webhook_scenario("pattern", &[]).await?;
     let (user, password) = (
         registry.var("IMAGEWATCH_REGISTRY_USER"),
         registry.var("IMAGEWATCH_REGISTRY_PASSWORD"),
     );
-    let s = Scenario::start(
-        "pattern",
-        &[
-            "--webhook-addr",
-            &addr,
-            "--webhook-secret",
-            "hooks",
-            "--pod-namespace",
-            "{ns}",
-            "--insecure-registry",
-            &host,
-        ],
-    )
-    .await?;
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "hooks",
-        "Opaque",
-        &[("distribution-token", &token)],
-    )
-    .await?;
-    let dockerconfig = registry.dockerconfigjson();
-    create_secret(
-        &s.admin,
-        &s.ns.name,
-        "patternreg",
-        "kubernetes.io/dockerconfigjson",
-        &[(".dockerconfigjson", &dockerconfig)],
-    )
-    .await?;
 
     // Three services and one repository the pattern does not match.
     let apps = ["alpha", "beta", "gamma"];
@@ -153,7 +116,7 @@ spec:
   image: "{host}/svc/*/api"
   tags: {{pattern: "v*"}}
   interval: 1h
-  credentials: {{secretRef: {{name: patternreg}}}}
+  credentials: {{secretRef: {{name: hookreg}}}}
   git: {{url: "{url}", secretRef: {{name: git-creds}}}}
   target:
     workload: {{path: "{path}", kind: Deployment, name: "$1-api", container: api}}

@@ -191,30 +191,22 @@ pub async fn resolve_cached(
     labels: &std::collections::BTreeMap<String, String>,
     target_path: Option<&str>,
 ) -> Result<Resolved, ReconcileError> {
-    let Some(app) = managing_application(annotations, labels) else {
-        return resolve(
-            client,
-            argocd_namespace,
-            namespace,
-            annotations,
-            labels,
-            target_path,
-        )
-        .await;
-    };
+    // Without a managing Application, `resolve` says so (nothing to cache).
     let reference = target_path
         .filter(|p| p.starts_with('$'))
         .and_then(|p| p.split('/').next())
         .unwrap_or_default();
-    let key = (
-        app.namespace
-            .unwrap_or_else(|| argocd_namespace.to_string()),
-        app.name,
-        namespace.to_string(),
-        reference.to_string(),
-    );
+    let key = managing_application(annotations, labels).map(|app| {
+        (
+            app.namespace
+                .unwrap_or_else(|| argocd_namespace.to_string()),
+            app.name,
+            namespace.to_string(),
+            reference.to_string(),
+        )
+    });
     let now = Instant::now();
-    if let Some(resolved) = cache.get(&key, now) {
+    if let Some(resolved) = key.as_ref().and_then(|key| cache.get(key, now)) {
         return Ok(resolved);
     }
     let resolved = resolve(
@@ -226,7 +218,9 @@ pub async fn resolve_cached(
         target_path,
     )
     .await?;
-    cache.put(key, now, resolved.clone());
+    if let Some(key) = key {
+        cache.put(key, now, resolved.clone());
+    }
     Ok(resolved)
 }
 
