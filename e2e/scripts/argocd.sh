@@ -40,38 +40,8 @@ DIR="$STATE/argocd"
 LOGS="$DIR/logs"
 COMPONENTS=(redis repo-server application-controller applicationset-controller)
 
-go_bin() {
-  local go
-  go=$(command -v go || true)
-  [[ -z $go && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
-  [[ -n $go ]] || die "Go not found; install Go >= 1.26 (see e2e/scripts/deps.sh)"
-  echo "$go"
-}
 
-archive() {
-  local a=${IMAGEWATCH_ARGOCD_ARCHIVE:-}
-  if [[ -z $a ]]; then
-    local d
-    for d in "$REPO/../shared/vendor" "$REPO/shared/vendor"; do
-      [[ -f $d/$ARCHIVE_NAME ]] && { a=$d/$ARCHIVE_NAME; break; }
-    done
-  fi
-  [[ -n $a && -f $a ]] || die "the Argo CD source archive $ARCHIVE_NAME was not found \
-(looked in ../shared/vendor beside the repository; set IMAGEWATCH_ARGOCD_ARCHIVE)"
-  realpath "$a"
-}
 
-# verify_archive FILE: the archive's SHA-256 must be the one its SHA256SUMS lists.
-verify_archive() {
-  local a=$1 sums want got
-  sums=$(dirname "$a")/SHA256SUMS
-  [[ -f $sums ]] || die "$sums is missing: the archive cannot be checked"
-  want=$(awk -v f="$ARCHIVE_NAME" '$2 == f || $2 == "*"f {print $1}' "$sums")
-  [[ -n $want ]] || die "$sums does not list $ARCHIVE_NAME"
-  got=$(sha256sum "$a" | cut -d' ' -f1)
-  [[ $got == "$want" ]] || die "$a: SHA-256 $got, SHA256SUMS says $want"
-  echo "$got"
-}
 
 # The one change to the source: the controller's metrics listener on loopback.
 patch_source() {
@@ -104,8 +74,8 @@ build_redis() {
 cmd_build() {
   local go a sum stamp
   go=$(go_bin)
-  a=$(archive)
-  sum=$(verify_archive "$a")
+  a=$(vendor_archive "$ARCHIVE_NAME" "${IMAGEWATCH_ARGOCD_ARCHIVE:-}")
+  sum=$(verify_archive "$a" "$ARCHIVE_NAME")
   stamp=$({ echo "recipe=$BUILD_RECIPE $sum kustomize=$KUSTOMIZE_VERSION"; declare -f patch_source; "$go" env GOVERSION GOOS GOARCH; } |
     sha256sum | cut -d' ' -f1)
   build_redis
@@ -238,6 +208,9 @@ cmd_up() {
   [[ -n ${KUBECONFIG:-} && -f $KUBECONFIG ]] || die "KUBECONFIG of the ground is not set (start the control plane first)"
   mkdir -p "$DIR" "$LOGS"
   if healthy; then
+    # The health checks exactly as the chart ships them, also on a ground started earlier.
+    kubectl -n argocd patch configmap argocd-cm \
+      --patch-file "$REPO/charts/imagewatch/argocd/argocd-cm-patch.yaml" >&2
     print_env
     return 0
   fi
@@ -271,11 +244,14 @@ cmd_up() {
     --redis "127.0.0.1:$rp" --loglevel info
   wait_for argocd-repo-server "$LOGS/repo-server.log" 60 port_listening "$rs"
 
+  # --persist-resource-health (controller.resource.health.persist in argocd-cmd-params-cm)
+  # keeps each resource's health message in the Application's status, where a test can read
+  # what the UI shows from the controller's cache.
   log "starting application-controller (metrics 127.0.0.1:$cm)"
   start_component application-controller "$BIN/argocd-application-controller" \
     --namespace argocd --repo-server "127.0.0.1:$rs" --repo-server-plaintext \
     --redis "127.0.0.1:$rp" --metrics-port "$cm" --loglevel info \
-    --status-processors 4 --operation-processors 2
+    --status-processors 4 --operation-processors 2 --persist-resource-health
   log "starting applicationset-controller"
   start_component applicationset-controller "$BIN/argocd-applicationset-controller" \
     --namespace argocd --argocd-repo-server "127.0.0.1:$rs" --repo-server-plaintext \

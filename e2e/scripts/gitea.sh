@@ -28,7 +28,10 @@ go_bin() {
 cmd_build() {
   local go stamp tmp src
   go=$(go_bin)
-  stamp=$({ echo "$MODULE@$VERSION sqlite sqlite_unlock_notify"; "$go" env GOVERSION GOOS GOARCH; } |
+  # The version is set as Gitea's Makefile sets it (main.Version): API clients such as the
+  # Gitea SDK (Argo CD's pull-request generator) refuse a server reporting "development".
+  local ldflags="-s -w -X main.Version=${VERSION#v} -X code.gitea.io/gitea/modules/setting.AppVer=${VERSION#v}"
+  stamp=$({ echo "$MODULE@$VERSION sqlite sqlite_unlock_notify $ldflags"; "$go" env GOVERSION GOOS GOARCH; } |
     sha256sum | cut -d' ' -f1)
   if [[ -x $HOME_DIR/gitea && -f $HOME_DIR/.stamp && $(<"$HOME_DIR/.stamp") == "$stamp" ]]; then
     return 0
@@ -47,7 +50,7 @@ cmd_build() {
     export GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=1
     cd "$tmp/src"
     nice -n 10 "$go" build -trimpath -tags 'sqlite sqlite_unlock_notify' \
-      -ldflags "-s -w -X code.gitea.io/gitea/modules/setting.AppVer=${VERSION#v}" -o "$tmp/gitea" .
+      -ldflags "$ldflags" -o "$tmp/gitea" .
   ) >&2 || { rm -rf "$tmp"; die "go build of gitea $VERSION failed"; }
   rm -rf "$HOME_DIR"
   mkdir -p "$HOME_DIR"

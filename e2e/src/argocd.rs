@@ -149,6 +149,35 @@ spec:
         .map_err(|e| anyhow::anyhow!("{e}\n--- Argo CD ---\n{}", self.log_tail(30)))
     }
 
+    /// Asks the Application to refresh (`argocd.argoproj.io/refresh: normal`, as a Git webhook
+    /// would) and waits until its controller has compared it again (the controller removes
+    /// the annotation when done); returns the Application as it then is.
+    pub async fn refresh(&self, client: &Client, name: &str) -> anyhow::Result<Value> {
+        let api = self.applications(client);
+        let patch = serde_json::json!({
+            "metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}
+        });
+        api.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+        wait_until(
+            &format!("Application {name} refreshed"),
+            SYNC_TIMEOUT,
+            || async {
+                let app = serde_json::to_value(api.get(name).await?)?;
+                let pending = app
+                    .pointer("/metadata/annotations/argocd.argoproj.io~1refresh")
+                    .is_some();
+                Ok((!pending).then_some(app))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n--- Argo CD ---\n{}", self.log_tail(30)))
+    }
+
     /// Runs the `argocd` CLI of the ground's build; returns stdout.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
         let home = tempfile::tempdir()?;

@@ -503,6 +503,39 @@ impl Gitea {
         Ok(all)
     }
 
+    /// Opens a pull request of `head` into `base` with `labels` (ids, see
+    /// [`Gitea::create_label`]), as a developer would; returns its number.
+    pub async fn open_pull(
+        &self,
+        repository: &str,
+        head: &str,
+        base: &str,
+        title: &str,
+        labels: &[i64],
+    ) -> anyhow::Result<i64> {
+        let v = self
+            .call(
+                Method::POST,
+                &format!("/repos/{repository}/pulls"),
+                Some(json!({"head": head, "base": base, "title": title, "labels": labels})),
+            )
+            .await?;
+        v.get("number")
+            .and_then(Value::as_i64)
+            .context("pull request without number")
+    }
+
+    /// Closes a pull request without merging it.
+    pub async fn close_pull(&self, repository: &str, number: i64) -> anyhow::Result<()> {
+        self.call(
+            Method::PATCH,
+            &format!("/repos/{repository}/pulls/{number}"),
+            Some(json!({"state": "closed"})),
+        )
+        .await
+        .map(drop)
+    }
+
     /// One pull request.
     pub async fn pull(&self, repository: &str, number: i64) -> anyhow::Result<Value> {
         self.call(

@@ -216,3 +216,36 @@ pub fn trust_registry(ground: &Ground, host: &str) -> anyhow::Result<()> {
     .with_context(|| format!("writing {}", dir.display()))?;
     Ok(())
 }
+
+/// Waits until a Pod labelled `selector` in `namespace` runs `image` (its first container)
+/// and is Ready; returns it.
+pub async fn wait_pod_ready_with(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+    image: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), namespace);
+    crate::wait_until(
+        &format!("a Ready Pod ({selector}) running {image}"),
+        std::time::Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(selector))
+                .await?;
+            Ok(list.items.into_iter().find(|p| {
+                let image_ok = p.spec.as_ref().is_some_and(|s| {
+                    s.containers.first().and_then(|c| c.image.as_deref()) == Some(image)
+                });
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                image_ok && ready
+            }))
+        },
+    )
+    .await
+}

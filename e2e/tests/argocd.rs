@@ -9,15 +9,12 @@ use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
 use imagewatch_e2e::{
     argocd::ArgoCd,
     ground::random_suffix,
-    node::trust_registry,
+    node::{trust_registry, wait_pod_ready_with},
     operator::metric,
     setup::{Scenario, TIMEOUT, webhook_scenario},
     wait_until,
 };
-use k8s_openapi::api::{
-    apps::v1::{Deployment, ReplicaSet},
-    core::v1::Pod,
-};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::{Api, api::ListParams};
 
 /// A plain directory of manifests: one Deployment of `image` on the node's network.
@@ -161,24 +158,12 @@ spec:
         spec_image.as_deref(),
         Some(format!("{image}:v2.0.0").as_str())
     );
-    let pods: Api<Pod> = Api::namespaced(s.admin.clone(), &s.ns.name);
-    let ready_v2 = wait_until("the v2 Pod Ready", TIMEOUT, || async {
-        let list = pods
-            .list(&ListParams::default().labels("app=my-api"))
-            .await?;
-        Ok(list.items.into_iter().find(|p| {
-            let image_ok = p.spec.as_ref().is_some_and(|s| {
-                s.containers.first().and_then(|c| c.image.as_deref())
-                    == Some(format!("{image}:v2.0.0").as_str())
-            });
-            let ready = p
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-            image_ok && ready
-        }))
-    })
+    let ready_v2 = wait_pod_ready_with(
+        &s.admin,
+        &s.ns.name,
+        "app=my-api",
+        &format!("{image}:v2.0.0"),
+    )
     .await?;
     assert!(ready_v2.metadata.name.is_some());
     let replica_sets: Api<ReplicaSet> = Api::namespaced(s.admin.clone(), &s.ns.name);
@@ -464,11 +449,17 @@ spec:
             let health = app
                 .pointer("/status/health/status")
                 .and_then(|h| h.as_str());
-            // Argo CD 3 keeps each resource's health out of the Application (in its cache,
-            // shown by the UI) unless controller.resource.health.persist is set: the
-            // Application's own health is what every install sees.
+            // The watch's health as the UI shows it (the ground persists it in the
+            // Application: controller.resource.health.persist), and the Application's own.
+            let message = resource
+                .as_ref()
+                .and_then(|r| r.pointer("/health/message"))
+                .and_then(|m| m.as_str())
+                .unwrap_or("");
             match resource {
-                Some(r) if health == Some("Degraded") => Ok(Some(r)),
+                Some(r) if health == Some("Degraded") && message.contains("InvalidSpec") => {
+                    Ok(Some(r))
+                }
                 other => anyhow::bail!(
                     "Application health {health:?}, sync {:?}, the broken watch {other:?}, last operation {:?}",
                     app.pointer("/status/sync/status"),

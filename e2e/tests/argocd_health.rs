@@ -280,7 +280,7 @@ fn every_operator_reason_has_a_health() -> anyhow::Result<()> {
         let got = health(&argocd_cm, &path)?;
         assert_eq!(
             got,
-            (health_status.to_string(), format!("m-{reason}")),
+            (health_status.to_string(), format!("{reason}: m-{reason}")),
             "{reason}"
         );
     }

@@ -982,26 +982,6 @@ async fn the_rendered_chart_passes_a_server_side_dry_run() -> anyhow::Result<()>
     Ok(())
 }
 
-/// The part of Argo CD's Application CRD `kubectl auth can-i` needs to resolve the resource.
-const APPLICATION_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: applications.argoproj.io}
-spec:
-  group: argoproj.io
-  names: {kind: Application, plural: applications, singular: application, shortNames: [app]}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    subresources: {}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
-
 /// The chart's RBAC applied to the apiserver, asked with `kubectl auth can-i` as the
 /// ServiceAccount: `watchNamespace` and `watchNamespaces` both let it read Secrets in the
 /// watched namespace (and its webhook Secret) and nowhere else, and refresh Applications in
@@ -1012,14 +992,8 @@ spec:
 async fn the_watched_namespace_rbac_holds_on_the_apiserver() -> anyhow::Result<()> {
     let ground = Ground::get()?;
     ground.install_crds()?;
-    // Created only when missing: a ground with Argo CD keeps its own CRD.
-    ground.kubectl_try(&["create", "-f", "-"], Some(APPLICATION_CRD))?;
-    ground.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/applications.argoproj.io",
-    ])?;
+    // `kubectl auth can-i` resolves Applications through the real Argo CD's CRD.
+    imagewatch_e2e::argocd::ArgoCd::get(ground)?;
     let op = TestNamespace::create(ground, "chart-op").await?;
     let watched = TestNamespace::create(ground, "chart-team-b").await?;
     let other = TestNamespace::create(ground, "chart-other").await?;

@@ -12,7 +12,8 @@ use std::time::Duration;
 use imagewatch_crd::{ImageWatch, PromotionPolicy};
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace,
-    ground::random_suffix,
+    argocd::ArgoCd,
+    ground::{GitServer, random_suffix},
     operator::metric,
     setup::{create_git_secret, create_secret, ready},
     wait_until,
@@ -133,7 +134,8 @@ struct Tenants {
     op: TestNamespace,
     a: TestNamespace,
     b: TestNamespace,
-    argocd: TestNamespace,
+    /// The ground's real Argo CD (its namespace holds the Applications and AppProjects).
+    argocd: ArgoCd,
     operator: Operator,
     account: String,
 }
@@ -142,15 +144,14 @@ impl Tenants {
     async fn start(extra: &[&str], set: &[&str]) -> anyhow::Result<Self> {
         let ground = Ground::get()?;
         ground.install_crds()?;
-        // Argo CD's Application API: the ground's real Argo CD installs it.
-        imagewatch_e2e::argocd::ArgoCd::get(ground)?;
+        // The ground's real Argo CD: its Applications and AppProjects, its controller.
+        let argocd = ArgoCd::get(ground)?;
         let op = TestNamespace::create(ground, "tenant-op").await?;
         let a = TestNamespace::create(ground, "team-a").await?;
         let b = TestNamespace::create(ground, "team-b").await?;
-        let argocd = TestNamespace::create(ground, "tenant-argocd").await?;
         let release = format!("iw-{}", op.name);
         let watched = format!("watchNamespaces={{{},{}}}", a.name, b.name);
-        let argocd_ns = format!("argocd.namespace={}", argocd.name);
+        let argocd_ns = format!("argocd.namespace={}", argocd.namespace);
         let mut values = vec![watched.as_str(), argocd_ns.as_str()];
         values.extend(set);
         ground.install_chart_rbac_with(&release, &op.name, &values)?;
@@ -175,7 +176,7 @@ impl Tenants {
             "--namespace",
             namespaces.as_str(),
             "--argocd-namespace",
-            argocd.name.as_str(),
+            argocd.namespace.as_str(),
             "--pod-namespace",
             op.name.as_str(),
             "--git-read-reuse",
@@ -249,7 +250,7 @@ async fn a_tenant_never_sees_another_tenants_repository() -> anyhow::Result<()> 
     assert!(t.can_i(&["get", "secrets", "-n", &a])?);
     assert!(t.can_i(&["list", "imagewatches.imagewatch.dev", "-n", &b])?);
     assert!(!t.can_i(&["get", "secrets", "-n", "default"])?);
-    assert!(!t.can_i(&["get", "secrets", "-n", &t.argocd.name])?);
+    assert!(!t.can_i(&["get", "secrets", "-n", &t.argocd.namespace])?);
     assert!(!t.can_i(&["list", "imagewatches.imagewatch.dev", "--all-namespaces"])?);
     assert!(!t.can_i(&["get", "secrets", "--all-namespaces"])?);
     assert!(!t.can_i(&["create", "events.events.k8s.io", "-n", "default"])?);
@@ -281,9 +282,15 @@ spec:
     t.wait_reason(&b, "b-api", "UpToDate").await?;
 
     // team-b's Argo CD Applications: one in Argo CD's namespace, one in team-b's own.
-    for (app_ns, name) in [(t.argocd.name.as_str(), "b-app"), (b.as_str(), "b-own")] {
-        t.apply(&format!(
-            r#"apiVersion: argoproj.io/v1alpha1
+    let (b_app, b_own) = (
+        format!("b-app-{}", random_suffix()),
+        format!("b-own-{}", random_suffix()),
+    );
+    let mut apps = String::new();
+    for (app_ns, name) in [(t.argocd.namespace.as_str(), &b_app), (b.as_str(), &b_own)] {
+        apps.push_str(&format!(
+            r#"---
+apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata: {{name: {name}, namespace: {app_ns}}}
 spec:
@@ -291,8 +298,9 @@ spec:
   source: {{repoURL: "{url}", targetRevision: HEAD, path: ""}}
   destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
 "#
-        ))?;
+        ));
     }
+    let _apps = t.argocd.apply(&apps, &[&b_app])?;
 
     // team-a, without credentials for that repository: by URL, and by naming team-b's
     // Applications in a tracking annotation (both forms) or an instance label.
@@ -316,20 +324,20 @@ spec:
     t.apply(&watch(
         "by-annotation",
         &format!(
-            "  annotations: {{argocd.argoproj.io/tracking-id: \"b-app:imagewatch.dev/ImageWatch:{a}/by-annotation\"}}"
+            "  annotations: {{argocd.argoproj.io/tracking-id: \"{b_app}:imagewatch.dev/ImageWatch:{a}/by-annotation\"}}"
         ),
         "",
     ))?;
     t.apply(&watch(
         "by-namespaced-annotation",
         &format!(
-            "  annotations: {{argocd.argoproj.io/tracking-id: \"{b}_b-own:imagewatch.dev/ImageWatch:{a}/x\"}}"
+            "  annotations: {{argocd.argoproj.io/tracking-id: \"{b}_{b_own}:imagewatch.dev/ImageWatch:{a}/x\"}}"
         ),
         "",
     ))?;
     t.apply(&watch(
         "by-label",
-        "  labels: {app.kubernetes.io/instance: b-app}",
+        &format!("  labels: {{app.kubernetes.io/instance: {b_app}}}"),
         "",
     ))?;
 
@@ -374,11 +382,11 @@ spec:
     git: {{url: "{a_url}", branch: main, secretRef: {{name: git-creds}}}}
     path: overlays/production
   gates:
-    application: {{name: b-app, namespace: {argocd}}}
+    application: {{name: {b_app}, namespace: {argocd}}}
   mode: Commit
   interval: 10s
 "#,
-        argocd = t.argocd.name
+        argocd = t.argocd.namespace
     ))?;
     let policies: Api<PromotionPolicy> = Api::namespaced(admin.clone(), &a);
     let gated = wait_until("borrow-gate's application gate", TIMEOUT, || async {
@@ -591,51 +599,73 @@ spec:
     Ok(())
 }
 
-/// Argo CD's AppProject, as far as the operator reads it.
-const APPPROJECT_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: appprojects.argoproj.io}
-spec:
-  group: argoproj.io
-  names: {kind: AppProject, plural: appprojects, singular: appproject}
-  scope: Namespaced
-  versions:
-  - name: v1alpha1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
+/// Puts `files` (path, content) into a new repository of the ground's git server named
+/// `name`; returns its URL.
+fn repository(git: &GitServer, name: &str, files: &[(String, String)]) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    for (path, content) in files {
+        let file = dir.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap_or(dir.path()))?;
+        std::fs::write(file, content)?;
+    }
+    git.new_repo(name, dir.path())
+}
 
-#[tokio::test]
-async fn the_argocd_project_mode_takes_git_allowances_from_the_app_project() -> anyhow::Result<()> {
-    let t = Tenants::start(
-        &["--allow-list-configmap", "{account}-allow"],
-        &["allowList.enabled=true"],
+/// A kustomize overlay whose only image is `registry.example.com/api:<tag>`.
+fn overlay(tag: &str) -> String {
+    format!(
+        "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
     )
-    .await?;
-    t.apply(APPPROJECT_CRD)?;
-    t.ground.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/appprojects.argoproj.io",
-    ])?;
-    let a = t.a.name.clone();
-    let argocd = t.argocd.name.clone();
-    let registry = t.ground.registry()?;
-    let git = t.ground.git()?;
-    let image_repo = format!("e2e/project-{}", random_suffix());
-    registry.push(&image_repo, "v1.0.0")?;
-    let image = format!("{}/{image_repo}", registry.host);
-    let suffix = random_suffix();
-    let allowed = git.new_repo(&format!("proj-allowed-{suffix}"), seed(&image, "a")?.path())?;
-    let other = git.new_repo(&format!("proj-other-{suffix}"), seed(&image, "a")?.path())?;
-    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
-    t.apply(&format!(
+}
+
+/// An AppProject of the ground's Argo CD: `sourceRepos`, one destination namespace.
+fn app_project(argocd: &ArgoCd, name: &str, source_repos: &str, namespace: &str) -> String {
+    format!(
+        r#"---
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {{name: {name}, namespace: {argo}}}
+spec:
+  sourceRepos: [{source_repos}]
+  destinations: [{{server: "https://kubernetes.default.svc", namespace: {namespace}}}]
+"#,
+        argo = argocd.namespace
+    )
+}
+
+/// An Application of `project` deploying `path` of `url` into `namespace` (synced by Argo CD
+/// when `automated`).
+fn project_application(
+    argocd: &ArgoCd,
+    name: &str,
+    project: &str,
+    url: &str,
+    path: &str,
+    namespace: &str,
+    automated: bool,
+) -> String {
+    let sync = if automated {
+        "\n  syncPolicy: {automated: {prune: true}}"
+    } else {
+        ""
+    };
+    format!(
+        r#"---
+apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata: {{name: {name}, namespace: {argo}}}
+spec:
+  project: {project}
+  source: {{repoURL: "{url}", targetRevision: main, path: {path}}}
+  destination: {{server: "https://kubernetes.default.svc", namespace: {namespace}}}{sync}
+"#,
+        argo = argocd.namespace
+    )
+}
+
+/// The allow-list ConfigMap taking Git allowances from Argo CD AppProjects.
+fn project_allow_list(t: &Tenants) -> String {
+    format!(
         r#"apiVersion: v1
 kind: ConfigMap
 metadata: {{name: {account}-allow, namespace: {op}}}
@@ -643,40 +673,37 @@ data:
   allow.yaml: |
     gitFrom: ArgocdProject
     rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
----
-apiVersion: argoproj.io/v1alpha1
-kind: AppProject
-metadata: {{name: team-a, namespace: {argocd}}}
-spec:
-  sourceRepos: ["{base}/proj-allowed-*"]
-  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
----
-apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: a-app, namespace: {argocd}}}
-spec:
-  project: team-a
-  source: {{repoURL: "{allowed}", targetRevision: HEAD, path: ""}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
 "#,
         account = t.account,
         op = t.op.name,
-        base = git.base_url,
-    ))?;
-    let watch = |name: &str, url: &str, managed: bool| {
-        let annotations = if managed {
-            format!(
-                "\n  annotations: {{argocd.argoproj.io/tracking-id: \"a-app:imagewatch.dev/ImageWatch:{a}/{name}\"}}"
-            )
-        } else {
-            String::new()
-        };
+    )
+}
+
+/// With `gitFrom: ArgocdProject`, a watch may use the Git repositories of the `sourceRepos` of
+/// the AppProject whose Application manages it. The real Argo CD syncs the watches from Git
+/// into team-a under AppProject `team-a-*` and writes their tracking annotations.
+#[tokio::test]
+async fn the_argocd_project_mode_takes_git_allowances_from_the_app_project() -> anyhow::Result<()> {
+    let t = Tenants::start(
+        &["--allow-list-configmap", "{account}-allow"],
+        &["allowList.enabled=true"],
+    )
+    .await?;
+    let (a, sfx) = (t.a.name.clone(), random_suffix());
+    let registry = t.ground.registry()?;
+    let git = t.ground.git()?;
+    let admin = t.ground.admin().await?;
+    let image_repo = format!("e2e/project-{sfx}");
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let allowed = git.new_repo(&format!("proj-allowed-{sfx}"), seed(&image, "a")?.path())?;
+    let other = git.new_repo(&format!("proj-other-{sfx}"), seed(&image, "a")?.path())?;
+    create_git_secret(&admin, &a, &git).await?;
+    let watch = |name: &str, url: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
-metadata:
-  name: {name}
-  namespace: {a}{annotations}
+metadata: {{name: {name}}}
 spec:
   image: {image}
   credentials: {{secretRef: {{name: regcred}}}}
@@ -685,14 +712,54 @@ spec:
 "#
         )
     };
-    t.apply(&watch("in-project", &allowed, true))?;
-    t.apply(&watch("outside-project", &other, true))?;
-    t.apply(&watch("unmanaged", &allowed, false))?;
-    t.wait_reason(&a, "in-project", "UpToDate").await?;
+    // team-a's watches live in a repository of its project; Argo CD syncs them.
+    let config = repository(
+        &git,
+        &format!("proj-allowed-config-{sfx}"),
+        &[
+            ("watches/in.yaml".into(), watch("in-project", &allowed)),
+            ("watches/out.yaml".into(), watch("outside-project", &other)),
+        ],
+    )?;
+    t.argocd
+        .add_git_repository(&format!("proj-config-{sfx}"), &config)?;
+    let (project, app) = (format!("team-a-{sfx}"), format!("a-app-{sfx}"));
+    t.apply(&project_allow_list(&t))?;
+    let _app = t.argocd.apply(
+        &format!(
+            "{}{}",
+            app_project(
+                &t.argocd,
+                &project,
+                &format!("\"{}/proj-allowed-*\"", git.base_url),
+                &a
+            ),
+            project_application(&t.argocd, &app, &project, &config, "watches", &a, true)
+        ),
+        &[&app],
+    )?;
+    // One watch Argo CD does not manage, applied by hand.
+    t.apply(&watch("unmanaged", &allowed).replace(
+        "metadata: {name: unmanaged}",
+        &format!("metadata: {{name: unmanaged, namespace: {a}}}"),
+    ))?;
+
+    let w = t.wait_reason(&a, "in-project", "UpToDate").await?;
+    let tracking = w
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("argocd.argoproj.io/tracking-id")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        tracking.starts_with(&format!("{app}:imagewatch.dev/ImageWatch:{a}/in-project")),
+        "the tracking annotation Argo CD wrote: {tracking:?}"
+    );
     let w = t.wait_reason(&a, "outside-project", "NotAllowed").await?;
     let message = ready(&w).map(|r| r.2).unwrap_or_default();
     assert!(
-        message.contains("sourceRepos") && message.contains("AppProject team-a"),
+        message.contains("sourceRepos") && message.contains(&format!("AppProject {project}")),
         "{message}"
     );
     let w = t.wait_reason(&a, "unmanaged", "NotAllowed").await?;
@@ -714,7 +781,8 @@ spec:
 
 /// With `gitFrom: ArgocdProject`, a PromotionPolicy's target path is admitted only when every
 /// Argo CD Application deploying it goes to a destination of the AppProject of the
-/// Application managing the policy.
+/// Application managing the policy. Argo CD syncs the policies from Git (AppProject
+/// `team-a-*`); team-b's Application, in AppProject `team-b-*`, deploys another overlay.
 #[tokio::test]
 async fn the_argocd_project_mode_checks_a_promotion_target_against_its_destinations()
 -> anyhow::Result<()> {
@@ -723,101 +791,99 @@ async fn the_argocd_project_mode_checks_a_promotion_target_against_its_destinati
         &["allowList.enabled=true", "allowList.gitFrom=ArgocdProject"],
     )
     .await?;
-    t.apply(APPPROJECT_CRD)?;
-    t.ground.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/appprojects.argoproj.io",
-    ])?;
     anyhow::ensure!(
-        t.can_i(&["list", "applications.argoproj.io", "-n", &t.argocd.name])?,
+        t.can_i(&[
+            "list",
+            "applications.argoproj.io",
+            "-n",
+            &t.argocd.namespace
+        ])?,
         "the chart grants list on Applications in Argo CD's namespace for gitFrom: ArgocdProject"
     );
-    let (a, b, argocd) = (t.a.name.clone(), t.b.name.clone(), t.argocd.name.clone());
+    let (a, b, sfx) = (t.a.name.clone(), t.b.name.clone(), random_suffix());
     let git = t.ground.git()?;
-    let dir = tempfile::tempdir()?;
-    for (overlay, tag) in [
-        ("staging", "v2.0.0"),
-        ("production", "v1.0.0"),
-        ("team-b", "v1.0.0"),
-    ] {
-        let path = dir.path().join("overlays").join(overlay);
-        std::fs::create_dir_all(&path)?;
-        std::fs::write(
-            path.join("kustomization.yaml"),
-            format!(
-                "resources: []\nimages:\n- name: api\n  newName: registry.example.com/api\n  newTag: {tag}\n"
-            ),
-        )?;
-    }
-    let name = format!("dest-allowed-{}", random_suffix());
-    let url = git.new_repo(&name, dir.path())?;
-    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
-    t.apply(&format!(
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata: {{name: {account}-allow, namespace: {op}}}
-data:
-  allow.yaml: |
-    gitFrom: ArgocdProject
-    rules: [{{name: registries, namespaceSelector: {{}}, registries: ["*"]}}]
----
-apiVersion: argoproj.io/v1alpha1
-kind: AppProject
-metadata: {{name: team-a, namespace: {argocd}}}
-spec:
-  sourceRepos: ["{base}/dest-allowed-*"]
-  destinations: [{{server: "https://kubernetes.default.svc", namespace: {a}}}]
----
-apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: a-meta, namespace: {argocd}}}
-spec:
-  project: team-a
-  source: {{repoURL: "{url}", targetRevision: HEAD, path: meta}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: a-prd, namespace: {argocd}}}
-spec:
-  project: team-a
-  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/production}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {a}}}
----
-apiVersion: argoproj.io/v1alpha1
-kind: Application
-metadata: {{name: b-prd, namespace: {argocd}}}
-spec:
-  project: team-b
-  source: {{repoURL: "{url}", targetRevision: HEAD, path: overlays/team-b}}
-  destination: {{server: "https://kubernetes.default.svc", namespace: {b}}}
-"#,
-        account = t.account,
-        op = t.op.name,
-        base = git.base_url,
-    ))?;
-    let policy = |name: &str, to: &str| {
+    let name = format!("dest-allowed-{sfx}");
+    // The policies' repository is the one they promote in (their own files in meta/).
+    let repo_url = format!("{}/{name}.git", git.base_url);
+    let policy = |policy: &str, to: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
 kind: PromotionPolicy
-metadata:
-  name: {name}
-  namespace: {a}
-  annotations: {{argocd.argoproj.io/tracking-id: "a-meta:imagewatch.dev/PromotionPolicy:{a}/{name}"}}
+metadata: {{name: {policy}}}
 spec:
   from: {{path: overlays/staging}}
   to:
-    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    git: {{url: "{repo_url}", branch: main, secretRef: {{name: git-creds}}}}
     path: {to}
   mode: Commit
   interval: 10s
 "#
         )
     };
-    t.apply(&policy("to-own", "overlays/production"))?;
-    t.apply(&policy("to-other", "overlays/team-b"))?;
+    let url = repository(
+        &git,
+        &name,
+        &[
+            (
+                "overlays/staging/kustomization.yaml".into(),
+                overlay("v2.0.0"),
+            ),
+            (
+                "overlays/production/kustomization.yaml".into(),
+                overlay("v1.0.0"),
+            ),
+            (
+                "overlays/team-b/kustomization.yaml".into(),
+                overlay("v1.0.0"),
+            ),
+            (
+                "meta/to-own.yaml".into(),
+                policy("to-own", "overlays/production"),
+            ),
+            (
+                "meta/to-other.yaml".into(),
+                policy("to-other", "overlays/team-b"),
+            ),
+        ],
+    )?;
+    anyhow::ensure!(url == repo_url, "{url} != {repo_url}");
+    create_git_secret(&t.ground.admin().await?, &a, &git).await?;
+    t.argocd.add_git_repository(&format!("dest-{sfx}"), &url)?;
+    let (team_a, team_b) = (format!("team-a-{sfx}"), format!("team-b-{sfx}"));
+    let (meta, a_prd, b_prd) = (
+        format!("a-meta-{sfx}"),
+        format!("a-prd-{sfx}"),
+        format!("b-prd-{sfx}"),
+    );
+    t.apply(&project_allow_list(&t))?;
+    let repos = format!("\"{}/dest-allowed-*\"", git.base_url);
+    let _apps = t.argocd.apply(
+        &[
+            app_project(&t.argocd, &team_a, &repos, &a),
+            app_project(&t.argocd, &team_b, &repos, &b),
+            project_application(&t.argocd, &meta, &team_a, &url, "meta", &a, true),
+            project_application(
+                &t.argocd,
+                &a_prd,
+                &team_a,
+                &url,
+                "overlays/production",
+                &a,
+                false,
+            ),
+            project_application(
+                &t.argocd,
+                &b_prd,
+                &team_b,
+                &url,
+                "overlays/team-b",
+                &b,
+                false,
+            ),
+        ]
+        .concat(),
+        &[&meta, &a_prd, &b_prd],
+    )?;
     let api: Api<PromotionPolicy> = Api::namespaced(t.ground.admin().await?, &a);
     let wait = |name: &'static str, reason: &'static str| {
         let api = api.clone();
@@ -826,7 +892,9 @@ spec:
                 &format!("{name} Ready reason {reason}"),
                 TIMEOUT,
                 || async {
-                    let p = api.get(name).await?;
+                    let Some(p) = api.get_opt(name).await? else {
+                        anyhow::bail!("not synced by Argo CD yet");
+                    };
                     let c = p
                         .status
                         .as_ref()
@@ -847,7 +915,7 @@ spec:
     assert!(
         refused
             .message
-            .contains("destinations of Argo CD AppProject team-a"),
+            .contains(&format!("destinations of Argo CD AppProject {team_a}")),
         "{}",
         refused.message
     );

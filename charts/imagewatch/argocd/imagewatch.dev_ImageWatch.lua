@@ -5,7 +5,7 @@
 --   no status yet, status older than the spec,
 --   Ready missing/Unknown, reason WaitingForGroup
 --   or Progressing                               -> Progressing
---   Ready=False, any other reason                -> Degraded (the condition's message)
+--   Ready=False, any other reason                -> Degraded ("<reason>: <message>")
 local hs = {}
 
 local function ready_condition(status)
@@ -20,12 +20,16 @@ local function ready_condition(status)
   return nil
 end
 
--- The condition's message; its reason when the message is empty.
+-- "<reason>: <message>", the reason alone when the message is empty.
 local function describe(c)
-  if c.message ~= nil and c.message ~= "" then
+  local reason = c.reason or ""
+  if c.message == nil or c.message == "" then
+    return reason
+  end
+  if reason == "" then
     return c.message
   end
-  return c.reason or ""
+  return reason .. ": " .. c.message
 end
 
 local status = obj.status

@@ -5,7 +5,7 @@
 --   GatesPassing=False (a candidate waits for a
 --   gate; Ready stays True meanwhile)             -> Progressing (the gate's message)
 --   Ready=True                                    -> Healthy
---   Ready=False, any other reason                 -> Degraded (the condition's message)
+--   Ready=False, any other reason                 -> Degraded ("<reason>: <message>")
 --   otherwise                                     -> Progressing
 local hs = {}
 
@@ -44,12 +44,16 @@ local function gate_message(status, c)
   return c.reason or "Waiting for gates"
 end
 
--- The condition's message; its reason when the message is empty.
+-- "<reason>: <message>", the reason alone when the message is empty.
 local function describe(c)
-  if c.message ~= nil and c.message ~= "" then
+  local reason = c.reason or ""
+  if c.message == nil or c.message == "" then
+    return reason
+  end
+  if reason == "" then
     return c.message
   end
-  return c.reason or ""
+  return reason .. ": " .. c.message
 end
 
 if obj.spec ~= nil and obj.spec.suspend == true then

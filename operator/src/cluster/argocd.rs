@@ -4,7 +4,8 @@
 //! Argo CD marks what it manages either with the annotation `argocd.argoproj.io/tracking-id`
 //! (`<app>:<group>/<kind>:<namespace>/<name>`, where `<app>` is `<namespace>_<name>` when
 //! Applications live outside Argo CD's own namespace) or with the label
-//! `app.kubernetes.io/instance: <app>` (the default label tracking). Credentials come from a
+//! `app.kubernetes.io/instance: <app>` (label tracking; annotation tracking is Argo CD's default
+//! since 3.0, `application.resourceTrackingMethod` chooses). Credentials come from a
 //! Secret in the watch's namespace labelled `imagewatch.dev/git-credentials: "true"` whose
 //! annotation `imagewatch.dev/url-prefix` is the longest prefix of the repository URL.
 
@@ -21,7 +22,7 @@ use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
 pub const TRACKING_ANNOTATION: &str = "argocd.argoproj.io/tracking-id";
-/// Label Argo CD writes with label-based resource tracking (its default).
+/// Label Argo CD writes with label-based resource tracking (`resourceTrackingMethod: label`).
 pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 /// Label marking a Secret as Git credentials for watches in its namespace.
 pub const CREDENTIALS_LABEL: &str = "imagewatch.dev/git-credentials";
