@@ -478,3 +478,38 @@ fn a_shared_anchor_is_refused_unless_asked_for() {
         text.replace("&img nginx:1.0", "&img nginx:1.1")
     );
 }
+
+#[test]
+fn a_shared_anchor_in_kustomize_images_is_refused_unless_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "images:\n- name: a\n  newTag: &t v1\n- name: b\n  newTag: *t\n";
+    let file = write(dir.path(), "kustomization.yaml", text);
+    let path = dir.path().display().to_string();
+    let args = [
+        "set-image",
+        "--kustomize",
+        &path,
+        "--name",
+        "a",
+        "--tag",
+        "v2",
+    ];
+    let before = snapshot(dir.path());
+    let out = imagewatch(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("images[1].newTag") && err.contains("--edit-shared-anchor"),
+        "{err}"
+    );
+    assert_eq!(snapshot(dir.path()), before, "nothing is written");
+
+    let mut asked = args.to_vec();
+    asked.push("--edit-shared-anchor");
+    let out = imagewatch(&asked);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(&file).unwrap(),
+        text.replace("&t v1", "&t v2")
+    );
+}

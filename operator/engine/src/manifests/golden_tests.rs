@@ -982,3 +982,46 @@ fn an_anchor_may_be_edited_for_all_its_aliases_when_asked() {
     let plan = plan_workload_edit(&files, &deploy("web", "proxy"), &tag("v1.31.0")).unwrap();
     assert!(plan.edit.is_some());
 }
+
+#[test]
+fn a_kustomize_images_field_other_entries_alias_is_refused_naming_them() {
+    let files = [("kustomization.yaml", fixture!("kustomize-anchors.yaml"))];
+    let spec = |image: &str| TargetSpec::Kustomize {
+        path: String::new(),
+        image: image.into(),
+    };
+    // A new tag for `a` would move `b` as well.
+    let err = plan_edit(&files, &spec("a"), &tag("v2")).unwrap_err();
+    let EditError::SharedAnchor { path, aliases, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(path, "images[0].newTag");
+    assert_eq!(aliases.len(), 1, "{aliases:?}");
+    assert!(aliases[0].contains("images[1].newTag"), "{aliases:?}");
+    // A new repository for `c` would move `d`'s `newName`.
+    let image = ImageChange::Image("registry.example.com/other:v1".into());
+    let err = plan_edit(&files, &spec("c"), &image).unwrap_err();
+    assert!(
+        matches!(&err, EditError::SharedAnchor { path, .. } if path == "images[2].newName"),
+        "{err}"
+    );
+    // An entry holding an alias is refused as before, naming it.
+    let err = plan_edit(&files, &spec("b"), &tag("v2")).unwrap_err();
+    assert!(
+        err.to_string().contains("images[1].newTag is a YAML alias"),
+        "{err}"
+    );
+    // Nothing shared is changed: `c`'s own tag moves alone.
+    let plan = plan_edit(&files, &spec("c"), &tag("v3")).unwrap();
+    assert!(plan.edit.is_some());
+    // Asked for, the anchored tag moves for both.
+    let options = EditOptions {
+        edit_shared_anchor: true,
+    };
+    let plan = plan_edit_with(&files, &spec("a"), &tag("v2"), options).unwrap();
+    let edit = plan.edit.expect("an edit");
+    assert_eq!(
+        edit.new_contents,
+        fixture!("kustomize-anchors.expected.yaml")
+    );
+}

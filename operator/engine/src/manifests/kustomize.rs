@@ -53,6 +53,8 @@ struct Field {
     key: NodeId,
     value: NodeId,
     token: ScalarToken,
+    /// `images[<i>].<key>`.
+    path: String,
 }
 
 pub(crate) fn plan<N: AsRef<str>>(
@@ -161,7 +163,12 @@ pub(crate) fn plan<N: AsRef<str>>(
                     .find(|&&(_, v)| v == value)
                     .map(|&(k, _)| k)
                     .unwrap_or(value);
-                *slot = Some(Field { key, value, token });
+                *slot = Some(Field {
+                    key,
+                    value,
+                    token,
+                    path,
+                });
             }
             Some((item, fields))
         }
@@ -216,6 +223,25 @@ pub(crate) fn plan<N: AsRef<str>>(
     };
     if fields.is_some() && new == current {
         return Ok(plan);
+    }
+
+    // A field this edit changes that other places alias (`newTag: &t v1` … `newTag: *t`):
+    // named in the plan, so the edit is refused unless asked for (EditOptions).
+    if let Some((_, f)) = &fields {
+        plan.located = wants
+            .iter()
+            .zip(&f[1..])
+            .filter_map(|(want, field)| {
+                let field = field.as_ref()?;
+                let changes = match want {
+                    Want::Keep => false,
+                    Want::Set(v) => field.token.value != *v,
+                    Want::Remove => true,
+                };
+                (changes && !field.token.shared_with.is_empty())
+                    .then(|| doc.located(&field.token, &field.path))
+            })
+            .next();
     }
 
     let splices = match &fields {
