@@ -7,7 +7,7 @@
 # a new digest (its config also carries the current time). With --same-content
 # the content and timestamp are fixed, so repeated pushes yield one digest. With
 # --runnable the image is the node's pause program (it runs until stopped, so a Pod of it
-# becomes Ready); every tag of it has one digest.
+# becomes Ready), stamped with the time of the push like a CI build (a digest of its own).
 # Prints the pushed manifest digest (sha256:...) on stdout.
 # Registry coordinates come from IMAGEWATCH_REGISTRY{,_USER,_PASSWORD} or, when
 # unset, from the running `registry.sh`.
@@ -41,6 +41,8 @@ trap 'rm -rf "$work"' EXIT
 if ((runnable)); then
   cp -r "$("$SCRIPTS_DIR/node.sh" pause-layout)" "$work/runnable"
   skopeo --insecure-policy copy --quiet "oci:$work/runnable:1" "oci:$work/layout:$tag" >&2
+  # Built now, as CI would have (and so a digest of its own).
+  "$PYTHON" "$SCRIPTS_DIR/oci_created.py" "$work/layout" "$tag"
 elif ((same)); then
   "$PYTHON" "$SCRIPTS_DIR/oci_image.py" "$work/layout" "$tag" "imagewatch e2e image" \
     --created 2024-01-01T00:00:00Z >/dev/null

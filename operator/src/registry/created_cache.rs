@@ -1,11 +1,14 @@
 //! Scan step, the memory of created-time lookups: what is remembered per tag and per
-//! manifest digest, bounded, and which tags a scan looks up next (`plan_lookups`). No I/O:
-//! the lookups themselves are in [`super::metadata`]; the cache lives in the client.
+//! manifest digest, bounded, and which tags a scan looks up next (`plan_lookups`); and per
+//! digest the platforms an image provides (`spec.tags.platforms`). No I/O: the lookups
+//! themselves are in [`super::metadata`] and [`super::platforms`]; the cache lives in the
+//! client.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use imagewatch_engine::platforms::Platform;
 use tokio::time::Instant;
 
 /// A tag's remembered time is checked again (one `HEAD`; a blob read only if the tag moved)
@@ -103,6 +106,9 @@ pub(crate) struct MetadataCache {
     /// `registry@digest` of a manifest (tag target or index entry) or of a config blob →
     /// its created time. Content-addressed, so never stale.
     digests: Mutex<HashMap<String, Option<jiff::Timestamp>>>,
+    /// `registry@digest` of a manifest or config blob → the platforms its image provides
+    /// (`spec.tags.platforms`). Content-addressed too.
+    platforms: Mutex<HashMap<String, Arc<Vec<Platform>>>>,
     repos: Mutex<HashMap<(String, String), RepoSlot>>,
     tick: std::sync::atomic::AtomicU64,
 }
@@ -130,6 +136,25 @@ impl MetadataCache {
             digests.clear();
         }
         digests.insert(format!("{registry}@{digest}"), created);
+    }
+
+    /// The platforms the image of `digest` (a manifest or a config blob) provides, if read.
+    pub(crate) fn platforms(&self, registry: &str, digest: &str) -> Option<Arc<Vec<Platform>>> {
+        let platforms = self.platforms.lock().unwrap_or_else(|e| e.into_inner());
+        platforms.get(&format!("{registry}@{digest}")).cloned()
+    }
+
+    pub(crate) fn remember_platforms(
+        &self,
+        registry: &str,
+        digest: &str,
+        provided: Arc<Vec<Platform>>,
+    ) {
+        let mut platforms = self.platforms.lock().unwrap_or_else(|e| e.into_inner());
+        if platforms.len() >= MAX_DIGESTS {
+            platforms.clear();
+        }
+        platforms.insert(format!("{registry}@{digest}"), provided);
     }
 
     /// The remembered tag times of one repository. Holding its lock while looking up makes

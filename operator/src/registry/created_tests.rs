@@ -1,5 +1,6 @@
-//! Tests of created-time lookups (`image_created`, `list_tags_with_times`) against an
-//! in-process registry serving real manifest, index and config JSON from a content store.
+//! Tests of created-time lookups (`image_created`, `list_tags_with_times`) and platform
+//! lookups (`image_platforms`) against an in-process registry serving real manifest, index
+//! and config JSON from a content store.
 //! The real-registry counterpart is in `live_registry_tests`.
 
 use std::collections::HashMap;
@@ -390,4 +391,42 @@ async fn a_rate_limit_stops_the_lookups_and_keeps_what_was_found() {
         .map(|i| i.tag.as_str())
         .collect();
     assert_eq!(known, vec!["t2"]);
+}
+
+#[tokio::test]
+async fn image_platforms_reads_each_manifest_and_config_once_per_digest() {
+    let (store, _server, client, repo) = setup().await;
+    let anon = Credentials::Anonymous;
+    let (single, multi) = {
+        let mut s = store.lock().unwrap();
+        let amd = s.image(Some("2025-01-01T00:00:00Z"), "amd64");
+        let arm = s.image(Some("2025-01-01T00:00:00Z"), "arm64");
+        let multi = s.index(&[
+            (&amd, "linux", "amd64"),
+            (&arm, "linux", "arm64"),
+            (&amd, "unknown", "unknown"),
+        ]);
+        (amd, multi)
+    };
+    let names =
+        |p: &[imagewatch_engine::platforms::Platform]| imagewatch_engine::platforms::list(p);
+
+    // An index: its entries, the attestation left out; one GET, no blob.
+    let provided = client.image_platforms(&repo, &multi, &anon).await.unwrap();
+    assert_eq!(names(&provided.unwrap()), "linux/amd64, linux/arm64");
+    assert_eq!(client.metadata_fetches(), 1);
+    // A single image: its manifest, then its config blob.
+    let provided = client.image_platforms(&repo, &single, &anon).await.unwrap();
+    assert_eq!(names(&provided.unwrap()), "linux/amd64");
+    assert_eq!(client.metadata_fetches(), 3);
+    // Both again: remembered by digest, no request.
+    client.image_platforms(&repo, &multi, &anon).await.unwrap();
+    client.image_platforms(&repo, &single, &anon).await.unwrap();
+    assert_eq!(client.metadata_fetches(), 3);
+    // A digest the registry does not have.
+    let absent = format!("sha256:{}", "0".repeat(64));
+    assert_eq!(
+        client.image_platforms(&repo, &absent, &anon).await.unwrap(),
+        None
+    );
 }
