@@ -168,7 +168,8 @@ pub struct KeylessVerify {
     pub subject: Option<String>,
 }
 
-/// A newer tag that was not written because its signature does not verify.
+/// A newer tag that was not written: its signature does not verify (`spec.verify`), or its
+/// image lacks a platform of `spec.tags.platforms`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
 #[cfg_attr(feature = "kube", derive(KubeSchema))]
@@ -179,7 +180,7 @@ pub struct RefusedTag {
     /// Its manifest digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// `SignatureMissing` or `SignatureInvalid`.
+    /// `SignatureMissing`, `SignatureInvalid` or `PlatformMissing`.
     pub reason: String,
     /// Why.
     pub message: String,

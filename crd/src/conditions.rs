@@ -13,6 +13,14 @@ pub const PULL_REQUEST_OPEN: &str = "PullRequestOpen";
 /// ImageWatch: whether the Argo CD Applications that deploy the last commit's file have
 /// synced a revision containing it and are Healthy. Absent when Argo CD is not followed.
 pub const DEPLOYED: &str = "Deployed";
+/// ImageWatch: whether the watch holds to a change someone else made in Git (a revert, a
+/// hand edit, another tool) instead of writing its chosen tag (`spec.onGitChange`).
+/// PromotionPolicy: whether an image of the candidate is not proposed again for such a
+/// change in the target (`status.held`).
+pub const HELD: &str = "Held";
+/// The annotation that resumes a watch or policy held with `spec.onGitChange: Hold`; its
+/// value names the commit held to (`status.held.commit`, or at least its first 7 characters).
+pub const RESUME_ANNOTATION: &str = "imagewatch.dev/resume";
 
 /// Reasons used on `Ready`.
 pub mod reason {
@@ -65,6 +73,19 @@ pub mod reason {
     /// `spec.verify` (or a signature gate): the newest candidate tag's cosign signature does
     /// not verify with the configured keys, or signs another image. The message says why.
     pub const SIGNATURE_INVALID: &str = "SignatureInvalid";
+    /// `spec.tags.platforms`: the newest candidate tag's image (index entries, or a single
+    /// image's config) lacks a wanted platform. The message names the tag and the missing
+    /// platforms; the watch stays on (or moves to) the newest tag that provides them all.
+    pub const PLATFORM_MISSING: &str = "PlatformMissing";
+
+    /// `Held` (and `Ready`): the target's value in Git was last changed by a commit imagewatch
+    /// did not make, and differs from what imagewatch last wrote; nothing is written over it
+    /// (`spec.onGitChange`). The message names the commit, its author and the value it set.
+    /// On a PromotionPolicy: an image's tag in the target was so changed after the policy
+    /// promoted it, and the image is not proposed again.
+    pub const CHANGED_IN_GIT: &str = "ChangedInGit";
+    /// `Held`: nothing holds the watch (or the policy's images) back.
+    pub const NOT_HELD: &str = "NotHeld";
 
     /// `Deployed`: every Argo CD Application deploying the committed file runs the commit
     /// (synced at a revision containing it, and Healthy); the message says how long it took.

@@ -121,6 +121,15 @@ pub struct ImageWatchSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edit_shared_anchor: Option<bool>,
 
+    /// What to do when the target's value in Git was last changed by a commit imagewatch did
+    /// not make (a revert, a hand edit, another tool) and differs from what imagewatch last
+    /// wrote there. `HoldUntilNewer` (default): write nothing until the registry has a tag
+    /// other than the one that was replaced. `Hold`: write nothing until the watch is annotated
+    /// `imagewatch.dev/resume=<commit>` naming that commit. `Overwrite`: write the chosen tag
+    /// anyway. A hold is reported as `Held=True` with reason `ChangedInGit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_git_change: Option<OnGitChange>,
+
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.
     #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("duration(self) >= duration('10s') && duration(self) <= duration('24h')").message("interval must be between 10s and 24h")))]
@@ -193,6 +202,17 @@ pub struct TagRules {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub extract: Option<String>,
+
+    /// Platforms every written tag's image must provide, as `os/arch` or `os/arch/variant`
+    /// (`[linux/amd64, linux/arm64]`, `linux/arm/v7`). A tag is a candidate only when its
+    /// image index (or manifest list) has an entry for each, or its single image's config is
+    /// that platform; a newer tag lacking one is refused (`status.refused`,
+    /// `PlatformMissing`) and the watch stays on (or moves to) the newest tag that has them
+    /// all. Omitted: any platform.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.all(p, p.matches('^[a-z0-9_]+/[a-z0-9_]+(/[a-z0-9_]+)?$'))").message("tags.platforms: each entry must be os/arch or os/arch/variant in lower case (e.g. linux/amd64, linux/arm64, linux/arm/v7)")))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), inner(length(max = 64)))]
+    pub platforms: Option<Vec<String>>,
 }
 
 /// Which end of the order wins.
@@ -219,6 +239,37 @@ pub enum TagOrder {
     Alphabetical,
     /// The tag read as a number (build numbers); non-numeric tags are skipped.
     Numerical,
+}
+
+/// What a watch, or a PromotionPolicy for each image of its target, does when someone else
+/// changed its target in Git (`spec.onGitChange`): `HoldUntilNewer` (default) keeps Git's
+/// value until a tag other than the replaced one comes, `Hold` until the
+/// `imagewatch.dev/resume=<commit>` annotation names the commit, `Overwrite` writes anyway.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnGitChange {
+    /// Keep Git's value until the registry has a tag other than the one that was replaced.
+    #[default]
+    HoldUntilNewer,
+    /// Keep Git's value until the watch is annotated `imagewatch.dev/resume=<commit>`.
+    Hold,
+    /// Write the chosen tag over it.
+    Overwrite,
+}
+
+/// A change in Git made by someone else that the watch does not overwrite (`status.held`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct HeldChange {
+    /// The commit that last changed the target's value.
+    pub commit: String,
+    /// Its author, `Name <email>`.
+    pub author: String,
+    /// The value it set (an image reference, or a bare tag).
+    pub value: String,
+    /// The value imagewatch had written there, which it replaced.
+    pub replaced: String,
 }
 
 /// What is written for the chosen tag.
@@ -382,13 +433,17 @@ pub struct ImageWatchStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 200))]
     pub members: Vec<MemberStatus>,
-    /// With `spec.verify`: the newest tag refused because its signature does not verify
-    /// (newer than the tag chosen, or the only candidate).
+    /// With `spec.verify` or `spec.tags.platforms`: the newest tag refused because its
+    /// signature does not verify or its image lacks a wanted platform (newer than the tag
+    /// chosen, or the only candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<RefusedTag>,
     /// With `spec.git.pullRequest`: the pull request from the push branch, as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<WatchPullRequest>,
+    /// The change in Git by someone else the watch holds to (see `spec.onGitChange`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldChange>,
     /// `Ready` summarises the watch; its reason says what happened. For a pattern image it is
     /// `True` only when every member is up to date, else `MembersNotReady` names the first
     /// members that are not.
@@ -449,6 +504,9 @@ pub struct MemberStatus {
     /// With `spec.git.pullRequest` (`perMember`): this repository's pull request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<WatchPullRequest>,
+    /// The change in Git by someone else this member holds to (see `spec.onGitChange`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldChange>,
 }
 
 /// The best tag found in the registry.

@@ -24,13 +24,13 @@ pub use common::{
 #[cfg(feature = "kube")]
 pub use imagewatch::ImageWatch;
 pub use imagewatch::{
-    AppliedImage, ArgocdSourceTarget, DigestMode, HelmTarget, ImageWatchSpec, ImageWatchStatus,
-    KustomizeTarget, LatestImage, RegistryCredentials, RegistryProvider, TagOrder, TagPick,
-    TagRules, Target, WatchPullRequest, WorkloadTarget,
+    AppliedImage, ArgocdSourceTarget, DigestMode, HeldChange, HelmTarget, ImageWatchSpec,
+    ImageWatchStatus, KustomizeTarget, LatestImage, OnGitChange, RegistryCredentials,
+    RegistryProvider, TagOrder, TagPick, TagRules, Target, WatchPullRequest, WorkloadTarget,
 };
 #[cfg(feature = "kube")]
 pub use promotion::PromotionPolicy;
-pub use promotion::{PromotionPolicySpec, PromotionPolicyStatus};
+pub use promotion::{HeldImage, PromotionPolicySpec, PromotionPolicyStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 #[cfg(feature = "kube")]

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{GitSource, SecretRef, Verify};
+use crate::imagewatch::OnGitChange;
 
 /// Proposes what a source stage runs to a target stage, with image references rewritten,
 /// a release's tags aligned, and gates checked first.
@@ -96,6 +97,16 @@ pub struct PromotionPolicySpec {
     /// Stop proposing. Status keeps reporting the candidate and gates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// What to do with an image whose tag in `to.path` was last changed by a commit this
+    /// policy did not make (a revert, a hand edit, another tool) and differs from what the
+    /// policy last promoted there (`status.lastPromotions`). `HoldUntilNewer` (default): do
+    /// not propose that image again until the source offers a tag other than the one that was
+    /// replaced. `Hold`: not until the policy is annotated `imagewatch.dev/resume=<commit>`
+    /// naming that commit. `Overwrite`: propose it anyway. Other images of the candidate are
+    /// still proposed; a tag chosen by `pin` is never held. A hold is reported in
+    /// `status.held` and as `Held=True` with reason `ChangedInGit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_git_change: Option<OnGitChange>,
     /// How often gates are evaluated again when nothing else changes (a soak ending, an
     /// Application becoming healthy), e.g. `1m`. Between 10s and 24h. Defaults to 1m.
     /// Changes of the source ImageWatches are acted on at once.
@@ -333,7 +344,11 @@ pub struct PromotionPolicyStatus {
     /// The most recent promotions, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub last_promotions: Vec<Promotion>,
-    /// Ready, GatesPassing, PullRequestOpen.
+    /// The images not proposed again because a commit the policy did not make changed them
+    /// in the target after the policy promoted them (see `spec.onGitChange`), one per image.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldImage>,
+    /// Ready, GatesPassing, PullRequestOpen, and Held once an image was held.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -353,6 +368,25 @@ pub struct PromotedImage {
     /// Tag the target holds now, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<String>,
+}
+
+/// An image of the candidate held back by a change in the target made by someone else
+/// (`status.held`): the fields of an ImageWatch's `status.held`, for one image.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct HeldImage {
+    /// Image name (last path segment), as in `status.candidate`.
+    pub name: String,
+    /// The commit that last changed the image's tag in `to.path`.
+    pub commit: String,
+    /// Its author, `Name <email>`.
+    pub author: String,
+    /// The tag it set.
+    pub value: String,
+    /// The tag the policy had promoted there, which it replaced.
+    pub replaced: String,
 }
 
 /// One gate's result.

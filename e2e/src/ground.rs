@@ -521,6 +521,62 @@ impl GitServer {
         Ok(String::from_utf8_lossy(&out.stdout).to_string())
     }
 
+    /// A person's commit on `branch`: clones the repository, writes `files` (path, content;
+    /// `None` deletes), commits as `dev` and pushes; returns the new commit's id.
+    pub fn commit_files(
+        &self,
+        name: &str,
+        branch: &str,
+        files: &[(&str, Option<&str>)],
+        message: &str,
+    ) -> anyhow::Result<String> {
+        let work = tempfile::tempdir()?;
+        let clone = work.path().join("c");
+        let run = |args: &[&str]| -> anyhow::Result<String> {
+            let out = Command::new("git")
+                .args(args)
+                .current_dir(work.path())
+                .output()
+                .context("running git")?;
+            if !out.status.success() {
+                bail!(
+                    "git {args:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        let repo = self.repo_dir(name).display().to_string();
+        run(&["clone", "-q", "--branch", branch, &repo, "c"])?;
+        let c = clone.display().to_string();
+        for (path, content) in files {
+            let file = clone.join(path);
+            match content {
+                Some(text) => {
+                    std::fs::create_dir_all(file.parent().context("a file path")?)?;
+                    std::fs::write(&file, text)?;
+                    run(&["-C", &c, "add", path])?;
+                }
+                None => {
+                    run(&["-C", &c, "rm", "-q", path])?;
+                }
+            }
+        }
+        run(&[
+            "-C",
+            &c,
+            "-c",
+            "user.name=dev",
+            "-c",
+            "user.email=dev@example.invalid",
+            "commit",
+            "-qm",
+            message,
+        ])?;
+        run(&["-C", &c, "push", "-q", "origin", branch])?;
+        run(&["-C", &c, "rev-parse", "HEAD"])
+    }
+
     /// Number of commits on `branch`.
     pub fn commit_count(&self, name: &str, branch: &str) -> anyhow::Result<usize> {
         Ok(self

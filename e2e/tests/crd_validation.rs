@@ -80,6 +80,16 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
             "tags.pick: Lowest applies only to order Alphabetical or Numerical",
         ),
         (
+            "platform without an architecture",
+            watch_yaml(
+                &ns.name,
+                "platforms",
+                "  tags: {platforms: [linux/amd64, arm64]}",
+                WORKLOAD,
+            ),
+            "tags.platforms: each entry must be os/arch or os/arch/variant",
+        ),
+        (
             "unknown order",
             watch_yaml(&ns.name, "order", "  tags: {order: Random}", WORKLOAD),
             "spec.tags.order",

@@ -92,6 +92,7 @@ fn request(url: &str, auth: &GitAuth, i: usize, tag: &str) -> WriteRequest {
         watch: format!("fleet/{name}"),
         dry_run: false,
         push_branch: None,
+        guard: None,
     }
 }
 

@@ -203,6 +203,7 @@ fn request(url: &str, auth: &GitAuth, i: usize, tag: &str, dry_run: bool) -> Wri
         watch: format!("bench/{name}"),
         dry_run,
         push_branch: None,
+        guard: None,
     }
 }
 

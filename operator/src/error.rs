@@ -44,9 +44,10 @@ pub enum ReconcileError {
     /// or written.
     #[error("{0}")]
     NotAllowed(String),
-    /// `spec.verify`: no candidate tag's signature verifies; the newest one and why.
+    /// `spec.verify` or `spec.tags.platforms`: no candidate tag qualifies; the newest one
+    /// refused and why.
     #[error("{}", .0.message())]
-    Signature(Box<crate::signature::Refused>),
+    Refused(Box<crate::signature::Refused>),
     /// The forge's pull request API failed or refused (`spec.git.pullRequest`).
     #[error("{0}")]
     Forge(#[from] crate::forge::ForgeError),
@@ -95,7 +96,7 @@ impl ReconcileError {
             | Self::TargetNotFound(_)
             | Self::WaitingForGroup(_)
             | Self::NotAllowed(_)
-            | Self::Signature(_)
+            | Self::Refused(_)
             | Self::Forge(crate::forge::ForgeError::InvalidConfig(_)) => Category::User,
             // Denied, not found, a refused request: only the user's credentials or spec help.
             Self::Registry(e) if !e.is_transient() => Category::User,
@@ -131,7 +132,7 @@ impl ReconcileError {
             Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
             Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
             Self::NotAllowed(_) => reason::NOT_ALLOWED,
-            Self::Signature(refused) => refused.reason(),
+            Self::Refused(refused) => refused.reason(),
             Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Forge(_) => reason::FORGE_ERROR,
@@ -151,7 +152,7 @@ impl ReconcileError {
             Self::WaitingForGroup(_) => "waiting_for_group",
             Self::CatalogUnavailable(_) => "catalog_unavailable",
             Self::NotAllowed(_) => "not_allowed",
-            Self::Signature(_) => "signature",
+            Self::Refused(refused) => refused.category(),
             Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
             Self::Git(_) => "git",
             Self::Forge(_) => "forge",
@@ -187,7 +188,7 @@ impl imagewatch_engine::status::Failure for ReconcileError {
 
     fn refused(&self) -> Option<&crate::signature::Refused> {
         match self {
-            Self::Signature(refused) => Some(refused),
+            Self::Refused(refused) => Some(refused),
             _ => None,
         }
     }

@@ -88,7 +88,8 @@ async fn one_edit_has_a_one_line_subject_and_templates_apply() {
     assert_eq!(
         message,
         format!(
-            "imagewatch: single-00 1.0.0 -> 1.2.4\n\n- team/single-00: {DIR}/single-00.yaml: {} -> {}",
+            "imagewatch: single-00 1.0.0 -> 1.2.4\n\n- team/single-00: {DIR}/single-00.yaml: {} -> {}\n\n\
+             Imagewatch-Watch: team/single-00",
             image("single-00", "1.0.0"),
             image("single-00", "1.2.4")
         )
@@ -100,7 +101,11 @@ async fn one_edit_has_a_one_line_subject_and_templates_apply() {
     let writer = fx.writer(o);
     writer.apply(fx.request(&single(1), "9")).await.unwrap();
     let message = fx.remote_git(&["log", "-1", "--format=%B", "main"]);
-    assert_eq!(message, "deploy(main): 1 image(s)\n\nteam/single-01");
+    // Whatever the template, the trailer that tells imagewatch's commits ends the message.
+    assert_eq!(
+        message,
+        "deploy(main): 1 image(s)\n\nteam/single-01\n\nImagewatch-Watch: team/single-01"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

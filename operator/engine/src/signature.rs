@@ -1,6 +1,7 @@
 //! What a signature check found, as the status reports it: the format a signature came in,
-//! the verdict on one image digest, and a candidate tag refused for its signature. Data and
-//! words only; the keys and the checks are in the operator's `signature` module.
+//! the verdict on one image digest; a candidate tag refused for it is a
+//! [`crate::refused::Refused`]. Data and words only; the keys and the checks are in the
+//! operator's `signature` module.
 
 /// Which format a verified signature came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,37 +40,6 @@ impl Verdict {
             Verdict::Verified { .. } => "verified",
             Verdict::Missing => "missing",
             Verdict::Invalid(_) => "invalid",
-        }
-    }
-}
-
-/// A candidate tag refused because its signature does not verify.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refused {
-    pub tag: String,
-    pub digest: String,
-    /// `Missing` or `Invalid(…)`.
-    pub verdict: Verdict,
-}
-
-impl Refused {
-    /// The condition reason: `SignatureMissing` or `SignatureInvalid`.
-    pub fn reason(&self) -> &'static str {
-        match self.verdict {
-            Verdict::Missing => imagewatch_crd::conditions::reason::SIGNATURE_MISSING,
-            _ => imagewatch_crd::conditions::reason::SIGNATURE_INVALID,
-        }
-    }
-
-    /// Why, in words.
-    pub fn message(&self) -> String {
-        match &self.verdict {
-            Verdict::Missing => format!(
-                "tag {} ({}) has no cosign signature (neither a sha256-<digest>.sig tag nor a Sigstore bundle referrer)",
-                self.tag, self.digest
-            ),
-            Verdict::Invalid(why) => format!("tag {} ({}): {why}", self.tag, self.digest),
-            Verdict::Verified { .. } => format!("tag {} is verified", self.tag),
         }
     }
 }

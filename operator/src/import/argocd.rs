@@ -49,8 +49,8 @@ pub struct ImageConfig {
     pub pull_secret: Option<String>,
     /// `force-update: true`.
     pub force_update: bool,
-    /// Platforms were named.
-    pub platforms: bool,
+    /// `platforms`: the platforms a tag's image must provide (`linux/amd64`, `linux/arm/v7`).
+    pub platforms: Vec<String>,
     /// Helm key of the image name.
     pub helm_name: Option<String>,
     /// Helm key of the tag.
@@ -121,16 +121,13 @@ pub fn from_annotations(app: &Value) -> Vec<ImageConfig> {
                 strategy: option("update-strategy"),
                 allow_tags: option("allow-tags"),
                 ignore_tags: option("ignore-tags")
-                    .map(|list| {
-                        list.split(',')
-                            .map(|g| g.trim().to_owned())
-                            .filter(|g| !g.is_empty())
-                            .collect()
-                    })
+                    .map(|list| comma_list(&list))
                     .unwrap_or_default(),
                 pull_secret: option("pull-secret"),
                 force_update: option("force-update").is_some_and(|v| v == "true"),
-                platforms: option("platforms").is_some(),
+                platforms: option("platforms")
+                    .map(|list| comma_list(&list))
+                    .unwrap_or_default(),
                 helm_name: option("helm.image-name"),
                 helm_tag: option("helm.image-tag"),
                 helm_spec: option("helm.image-spec"),
@@ -168,9 +165,26 @@ fn merge_settings(config: &mut ImageConfig, settings: Option<&Value>) {
     if let Some(force) = settings.get("forceUpdate").and_then(Value::as_bool) {
         config.force_update = force;
     }
-    if settings.get("platforms").is_some() {
-        config.platforms = true;
+    match settings.get("platforms") {
+        Some(Value::Array(list)) => {
+            config.platforms = list
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+                .collect();
+        }
+        Some(Value::String(list)) => config.platforms = comma_list(list),
+        _ => {}
     }
+}
+
+/// A comma-separated annotation value, trimmed, empty entries left out.
+fn comma_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn merge_write_back(config: &mut ImageConfig, write_back: Option<&Value>) {
@@ -491,7 +505,19 @@ fn translate_image(
             return;
         }
     };
-    let tag_rules = rules(pattern, config.ignore_tags.clone(), order);
+    let mut tag_rules = rules(pattern, config.ignore_tags.clone(), order);
+    let mut platforms = Vec::new();
+    for platform in &config.platforms {
+        match imagewatch_engine::platforms::Platform::parse(platform) {
+            Ok(parsed) => platforms.push(parsed.to_string()),
+            Err(error) => out.note(
+                &at,
+                Severity::NotTranslated,
+                format!("platforms: {error}; left out of tags.platforms"),
+            ),
+        }
+    }
+    tag_rules.platforms = (!platforms.is_empty()).then_some(platforms);
     if let Err(error) = super::tag_policy(&tag_rules) {
         out.note(&at, Severity::NotTranslated, error.to_string());
         return;
@@ -502,13 +528,6 @@ fn translate_image(
             Severity::Differs,
             "force-update has no counterpart: imagewatch writes Git whether or not the \
              Application runs the image",
-        );
-    }
-    if config.platforms {
-        out.note(
-            &at,
-            Severity::Differs,
-            "platforms are not checked: imagewatch does not filter tags by platform",
         );
     }
 

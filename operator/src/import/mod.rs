@@ -386,6 +386,7 @@ impl WatchDraft {
                 target: self.target,
                 group: None,
                 edit_shared_anchor: None,
+                on_git_change: None,
                 verify: None,
             },
         );
@@ -402,6 +403,7 @@ fn rules(pattern: Option<String>, exclude: Vec<String>, order: TagOrder) -> TagR
         order: (order != TagOrder::Semver).then_some(order),
         pick: None,
         extract: None,
+        platforms: None,
     }
 }
 

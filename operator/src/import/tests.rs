@@ -297,6 +297,11 @@ fn argocd_image_updater_annotations_and_image_updaters_become_watches() {
     assert_eq!(git.secret_ref.as_ref().unwrap().name, "git-creds");
     let tags = api.spec.tags.as_ref().unwrap();
     assert_eq!(tags.pattern.as_deref(), Some("semver:~1.2"));
+    // The platforms annotation carries over as tags.platforms.
+    assert_eq!(
+        tags.platforms,
+        Some(vec!["linux/amd64".to_string(), "linux/arm64".to_string()])
+    );
     let listing = listed(&[
         "1.2.0",
         "1.2.7",
@@ -347,6 +352,23 @@ fn argocd_image_updater_annotations_and_image_updaters_become_watches() {
         ("guestbook", "guestbook")
     );
     assert_eq!(guestbook.spec.git.as_ref().unwrap().branch, None);
+    // A platform that is not os/arch is reported and left out; the others carry over.
+    assert_eq!(
+        guestbook.spec.tags.as_ref().unwrap().platforms,
+        Some(vec!["linux/arm/v7".to_string()])
+    );
+    assert!(has_note(
+        &imported,
+        "image gb",
+        Severity::NotTranslated,
+        "\"windows\" is not a platform"
+    ));
+    assert!(
+        !imported
+            .notes
+            .iter()
+            .any(|n| n.message.contains("platforms are not checked"))
+    );
     let listing = listed(&["rel-1", "rel-9", "rel-10", "latest", "zz-debug"]);
     assert_eq!(chosen(guestbook, &listing).as_deref(), Some("rel-9"));
 
@@ -364,6 +386,11 @@ fn argocd_image_updater_annotations_and_image_updaters_become_watches() {
     assert_eq!(
         nginx.spec.target.helm.as_ref().unwrap().tag,
         "nginx.image.tag"
+    );
+    // ImageUpdater's commonUpdateSettings.platforms.
+    assert_eq!(
+        nginx.spec.tags.as_ref().unwrap().platforms,
+        Some(vec!["linux/amd64".to_string(), "linux/arm/v7".to_string()])
     );
     let listing = listed(&["1.26.0", "1.26.3", "1.26.99", "1.27.0"]);
     assert_eq!(chosen(nginx, &listing).as_deref(), Some("1.26.3"));

@@ -400,7 +400,7 @@ impl RegistryClient {
     }
 
     /// `GET` of a manifest by digest; `Ok(None)` on 404. Returns the body and Content-Type.
-    async fn fetch_manifest(
+    pub(super) async fn fetch_manifest(
         &self,
         repo: &RepositoryRef,
         digest: &str,
@@ -435,22 +435,32 @@ impl RegistryClient {
         config: &Descriptor,
         creds: &Credentials,
     ) -> Result<Option<jiff::Timestamp>, RegistryError> {
-        if !is_valid_digest(&config.digest) {
+        let body = self
+            .fetch_config(repo, &config.digest, config.size, creds)
+            .await?;
+        Ok(parse_created(&body))
+    }
+
+    /// `GET` of an image config blob (`digest`, of `size` when the manifest says), checked
+    /// against its digest.
+    pub(super) async fn fetch_config(
+        &self,
+        repo: &RepositoryRef,
+        digest: &str,
+        size: Option<u64>,
+        creds: &Credentials,
+    ) -> Result<Vec<u8>, RegistryError> {
+        if !is_valid_digest(digest) {
             return Err(RegistryError::Protocol(format!(
-                "{repo}: manifest names config digest {:?}",
-                config.digest
+                "{repo}: manifest names config digest {digest:?}"
             )));
         }
-        if config
-            .size
-            .is_some_and(|size| size > MAX_CONFIG_BYTES as u64)
-        {
+        if size.is_some_and(|size| size > MAX_CONFIG_BYTES as u64) {
             return Err(RegistryError::Protocol(format!(
-                "{repo}: image config {} is larger than {MAX_CONFIG_BYTES} bytes",
-                config.digest
+                "{repo}: image config {digest} is larger than {MAX_CONFIG_BYTES} bytes"
             )));
         }
-        let url = self.repo_url(repo, &format!("blobs/{}", config.digest))?;
+        let url = self.repo_url(repo, &format!("blobs/{digest}"))?;
         self.inner.metadata_fetches.fetch_add(1, Ordering::Relaxed);
         // Registries often redirect blobs to object storage; reqwest follows the redirect and
         // drops the Authorization header when it leaves the registry's host.
@@ -461,13 +471,13 @@ impl RegistryClient {
                 .into_error(repo, Endpoint::Registry));
         }
         let body = read_body(response, MAX_CONFIG_BYTES).await?;
-        verify_digest(&config.digest, &body)?;
-        Ok(parse_created(&body))
+        verify_digest(digest, &body)?;
+        Ok(body)
     }
 }
 
 /// Checks a body against its `sha256:` digest (other algorithms are trusted as they are).
-fn verify_digest(digest: &str, body: &[u8]) -> Result<(), RegistryError> {
+pub(super) fn verify_digest(digest: &str, body: &[u8]) -> Result<(), RegistryError> {
     let Some(expected) = digest.strip_prefix("sha256:") else {
         return Ok(());
     };

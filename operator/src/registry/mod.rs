@@ -42,6 +42,7 @@ pub mod error;
 pub mod event;
 pub mod metadata;
 pub mod pattern_image;
+pub mod platforms;
 pub mod ratelimit;
 pub mod reference;
 pub use imagewatch_engine::pattern as repository_pattern;

@@ -16,7 +16,8 @@
 
 pub mod fetch;
 
-pub use imagewatch_engine::signature::{Format, Refused, Verdict};
+pub use imagewatch_engine::refused::{Refusal, Refused};
+pub use imagewatch_engine::signature::{Format, Verdict};
 
 use base64::{Engine as _, engine::general_purpose::STANDARD};
 use p256::ecdsa::{
@@ -349,7 +350,7 @@ pub fn decide(ranked: &[(String, String, Verdict)]) -> Decision {
             other => refused.push(Refused {
                 tag: tag.clone(),
                 digest: digest.clone(),
-                verdict: other.clone(),
+                why: Refusal::Signature(other.clone()),
             }),
         }
     }

@@ -265,7 +265,8 @@ pub struct GitReadLabels {
 /// Labels of a PromotionPolicy promotion step.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PromotionLabels {
-    /// `committed`, `pr_opened`, `pr_updated`, `pr_closed`, `up_to_date`, `gated` or an
+    /// `committed`, `pr_opened`, `pr_updated`, `pr_closed`, `up_to_date`, `gated`, `held`
+    /// (nothing left to propose: someone else changed the target, `spec.onGitChange`) or an
     /// error category.
     pub outcome: String,
 }

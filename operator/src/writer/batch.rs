@@ -98,6 +98,8 @@ struct Done {
     changed_needed: bool,
     /// Its edit is in the overlay (not a dry run, and Git differed).
     contributes: bool,
+    /// Git holds a change someone else made, not overwritten (`spec.onGitChange`).
+    held: Option<imagewatch_engine::held::Hold>,
 }
 
 /// Everything the intents of a batch share (they share a writer key).
@@ -227,7 +229,16 @@ pub(crate) fn write_batch(
         let mut reads = Reads::default();
         let planned: Vec<Planned> = requests
             .iter()
-            .map(|req| plan_one(&repo, head, dest.branch, &mut overlay, &mut reads, req))
+            .map(|req| {
+                plan_one(
+                    &repo,
+                    (head, dest.branch),
+                    &mut overlay,
+                    &mut reads,
+                    req,
+                    config.author,
+                )
+            })
             .collect();
 
         let changes: Vec<Change> = requests
@@ -440,6 +451,7 @@ fn finish(
         .map(|(_, p)| match p {
             Planned::Failed(e) => Err(e),
             Planned::Done(d) => Ok(WriteResult {
+                held: d.held,
                 commit: commit.clone().filter(|_| d.contributes),
                 current_after: if d.contributes && commit.is_some() {
                     d.after
@@ -494,6 +506,7 @@ fn fail_contributors(
                 commit: None,
                 head: head.clone(),
                 attempts,
+                held: d.held,
             }),
         })
         .collect();
@@ -536,11 +549,11 @@ struct Reads {
 
 fn plan_one(
     repo: &Repo,
-    head: git2::Oid,
-    branch: &str,
+    (head, branch): (git2::Oid, &str),
     overlay: &mut Overlay,
     reads: &mut Reads,
     req: &WriteRequest,
+    author: &Author,
 ) -> Planned {
     let files = match read_scope(repo, head, branch, overlay, reads, &req.target.scope()) {
         Ok(files) => files,
@@ -558,6 +571,33 @@ fn plan_one(
         ImageChange::Image(image) => image.clone(),
         ImageChange::Tag(_) => planned_new.to_string(),
     };
+    if let (Some(edit), Some(guard)) = (&plan.edit, &req.guard) {
+        let file = normalize_path(&edit.file);
+        let desired = desired_of(&edit.new);
+        match super::history::held_by_git(
+            repo,
+            head,
+            req,
+            guard,
+            (&edit.old, file),
+            &desired,
+            author,
+        ) {
+            Ok(None) => {}
+            Ok(Some(hold)) => {
+                return Planned::Done(Done {
+                    desired: desired_of(&edit.new),
+                    file: edit.file.clone(),
+                    before: edit.old.clone(),
+                    after: edit.old.clone(),
+                    changed_needed: false,
+                    contributes: false,
+                    held: Some(hold),
+                });
+            }
+            Err(e) => return Planned::Failed(ReconcileError::Git(e)),
+        }
+    }
     match plan.edit {
         Some(edit) if !req.dry_run => {
             let Some(path) = normalize_path(&edit.file) else {
@@ -576,6 +616,7 @@ fn plan_one(
                 after: edit.new,
                 changed_needed: true,
                 contributes: true,
+                held: None,
             })
         }
         Some(edit) => Planned::Done(Done {
@@ -585,6 +626,7 @@ fn plan_one(
             before: edit.old,
             changed_needed: true,
             contributes: false,
+            held: None,
         }),
         None => Planned::Done(Done {
             desired: desired_of(&plan.current),
@@ -593,6 +635,7 @@ fn plan_one(
             before: plan.current,
             changed_needed: false,
             contributes: false,
+            held: None,
         }),
     }
 }

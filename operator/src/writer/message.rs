@@ -11,6 +11,10 @@
 //! | `{{files}}`    | the edited files, comma-separated, each once |
 //! | `{{branch}}`   | the branch the commit is pushed to |
 //!
+//! Every message ends with the trailers that make imagewatch's commits recognisable, one per
+//! edited watch, whatever the template: `Imagewatch-Watch: <namespace>/<name>` (see
+//! `imagewatch_engine::held`; a change in Git by a commit without it holds the watch).
+//!
 //! `\n` and `\t` in the flag value stand for a newline and a tab, so a
 //! multi-line template fits in one environment variable. The default is
 //! `{{subject}}\n\n{{changes}}`. Unknown placeholders are refused at startup.
@@ -113,12 +117,16 @@ impl CommitTemplate {
             }
         }
         let out = out.trim().to_string();
-        if out.is_empty() {
+        let body = if out.is_empty() {
             // A template of placeholders that all rendered empty: never an empty commit message.
             subject(changes)
         } else {
-            out + "\n"
-        }
+            out
+        };
+        // The trailers that tell imagewatch's commits (whatever the template), one per watch.
+        let trailers =
+            imagewatch_engine::held::trailer_lines(changes.iter().map(|c| c.watch.as_str()));
+        format!("{body}\n\n{trailers}")
     }
 }
 
@@ -231,7 +239,8 @@ mod tests {
             t.render(&one, "main"),
             "imagewatch: my-api-canary canary-v1.2.3 -> canary-v1.2.4\n\n\
              - my-api/my-api-canary: apps/stg/deployment-canary.yaml: \
-             r.example/my-api:canary-v1.2.3 -> r.example/my-api:canary-v1.2.4\n"
+             r.example/my-api:canary-v1.2.3 -> r.example/my-api:canary-v1.2.4\n\n\
+             Imagewatch-Watch: my-api/my-api-canary\n"
         );
         let three = [
             change("a/w1", "f1.yaml", "x:1", "x:2"),
@@ -240,7 +249,10 @@ mod tests {
         ];
         let text = t.render(&three, "main");
         assert!(text.starts_with("imagewatch: update 3 images\n\n- a/w1: f1.yaml: x:1 -> x:2\n"));
-        assert_eq!(text.lines().count(), 5);
+        assert_eq!(text.lines().count(), 9);
+        assert!(text.ends_with(
+            "\n\nImagewatch-Watch: a/w1\nImagewatch-Watch: a/w2\nImagewatch-Watch: b/w3\n"
+        ));
     }
 
     #[test]
@@ -258,7 +270,8 @@ mod tests {
         );
         assert_eq!(
             text,
-            "chore(release): 2 image(s)\n\nwatches: a/w1, a/w2\nfiles: f1.yaml\n"
+            "chore(release): 2 image(s)\n\nwatches: a/w1, a/w2\nfiles: f1.yaml\n\n\
+             Imagewatch-Watch: a/w1\nImagewatch-Watch: a/w2\n"
         );
     }
 

@@ -36,6 +36,7 @@
 
 mod batch;
 mod commit;
+mod history;
 mod message;
 
 use std::{
@@ -51,6 +52,7 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{CommitOutcome, CommitRequest, CommitResult, PlanEdits};
+pub(crate) use history::HistoryReader;
 pub use message::{
     Change, CommitTemplate, DEFAULT_COMMIT_TEMPLATE, TemplateError, short_image, subject,
 };
@@ -85,6 +87,22 @@ pub struct WriteRequest {
     /// `imagewatch/my-api`) instead of fast-forwarding `branch`. Refused when the push
     /// branch holds commits we did not make.
     pub push_branch: Option<String>,
+    /// `spec.onGitChange`: what protects a change someone else made in Git from this
+    /// intent (`None`: nothing, as with `Overwrite`).
+    pub guard: Option<GitChangeGuard>,
+}
+
+/// What a watch knows of its own last write, for the writer to tell a change someone else
+/// made in Git (see `history.rs` and `imagewatch_engine::held`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitChangeGuard {
+    /// `spec.onGitChange`.
+    pub mode: imagewatch_crd::OnGitChange,
+    /// What imagewatch last wrote to the target (`status.applied`, or while held the value
+    /// the hold replaced).
+    pub last_written: String,
+    /// The value of the resume annotation, if any.
+    pub resume: Option<String>,
 }
 
 /// What Git holds and what was done, for one intent.
@@ -249,7 +267,7 @@ impl WriterKey {
 /// Work for a writer task and where its answer goes.
 enum Job {
     /// An ImageWatch intent (batched with the others of its branch).
-    Intent(IntentJob),
+    Intent(Box<IntentJob>),
     /// A planned commit (a promotion's), written on its own after the intents it arrived with.
     Commit {
         request: CommitRequest,
@@ -407,6 +425,12 @@ impl GitWriter {
         &self.shared.cache
     }
 
+    /// Reads who last changed a value in Git (`history.rs`), telling imagewatch's commits by
+    /// this writer's committer identity: a promotion's target, read on a leased clone.
+    pub(crate) fn history(&self) -> HistoryReader {
+        HistoryReader::new(self.shared.options.author.clone())
+    }
+
     /// Writer tasks currently alive.
     pub fn active_writers(&self) -> usize {
         self.shared
@@ -438,7 +462,7 @@ impl GitWriter {
         }
         let key = WriterKey::of(&request);
         let (reply, answer) = oneshot::channel();
-        self.submit(&key, Job::Intent(IntentJob { request, reply }))
+        self.submit(&key, Job::Intent(Box::new(IntentJob { request, reply })))
             .await?;
         answer.await.map_err(|_| {
             ReconcileError::Internal("the git writer task stopped before answering".into())
@@ -562,7 +586,7 @@ async fn write_jobs(shared: &Arc<Shared>, jobs: Vec<Job>, known_head: &mut Optio
     let mut commits = Vec::new();
     for job in jobs {
         match job {
-            Job::Intent(job) => intents.push(job),
+            Job::Intent(job) => intents.push(*job),
             Job::Commit { request, reply } => commits.push((request, reply)),
         }
     }
@@ -712,6 +736,7 @@ async fn write_intents(
         if let (Some(key), Ok(r)) = (key, result)
             && r.commit.is_none()
             && !r.changed_needed
+            && r.held.is_none()
         {
             shared.unchanged.put(key, r.clone());
         }
@@ -771,6 +796,7 @@ mod tests {
             watch: "ns/w".into(),
             dry_run: false,
             push_branch: push_branch.map(str::to_string),
+            guard: None,
         }
     }
 
@@ -807,6 +833,7 @@ mod tests {
             commit: None,
             head: head.into(),
             attempts: 1,
+            held: None,
         }
     }
 

@@ -222,6 +222,7 @@ impl Fixture {
             watch: format!("team/{name}"),
             dry_run: false,
             push_branch: None,
+            guard: None,
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use imagewatch_crd::promotion::{AlignTags, ImageRewrite};
+use imagewatch_crd::promotion::{AlignTags, HeldImage, ImageRewrite};
 
 use super::inventory::{ImageSite, Inventory, image_name};
 use crate::manifests::ImageRef;
@@ -129,6 +129,9 @@ pub struct Candidate {
     pub not_in_target: Vec<String>,
     /// Whether `spec.pin` chose any tag.
     pub pinned: bool,
+    /// Images not proposed again: someone else changed them in the target after the policy
+    /// promoted them (`spec.onGitChange`, see [`super::held`]). Sorted by name.
+    pub held: Vec<HeldImage>,
 }
 
 impl Candidate {
@@ -154,22 +157,38 @@ impl Candidate {
         hex::encode(hasher.finalize())[..12].to_string()
     }
 
-    /// Images whose target places hold something else.
+    /// Images proposed: their target places hold something else, and they are not held.
     pub fn changes(&self) -> impl Iterator<Item = &CandidateImage> {
-        self.images.iter().filter(|i| i.changes())
+        self.images
+            .iter()
+            .filter(|i| i.changes() && self.hold_of(&i.name).is_none())
     }
 
-    /// Whether the target already holds the whole candidate.
+    /// Whether nothing is left to propose: the target holds every image that is not held.
     pub fn is_current(&self) -> bool {
         self.changes().next().is_none()
     }
 
-    /// Image name → tag.
+    /// Image name → tag, of every image but the held ones (the policy does not promote those).
     pub fn tags(&self) -> BTreeMap<String, String> {
         self.images
             .iter()
+            .filter(|i| self.hold_of(&i.name).is_none())
             .map(|i| (i.name.clone(), i.tag.clone()))
             .collect()
+    }
+
+    /// The hold of image `name`, if it is held.
+    pub fn hold_of(&self, name: &str) -> Option<&HeldImage> {
+        self.held.iter().find(|h| h.name == name)
+    }
+
+    /// The candidate with `held` (images of it) not proposed.
+    pub fn with_holds(mut self, mut held: Vec<HeldImage>) -> Self {
+        held.retain(|h| self.images.iter().any(|i| i.name == h.name));
+        held.sort_by(|a, b| a.name.cmp(&b.name));
+        self.held = held;
+        self
     }
 }
 

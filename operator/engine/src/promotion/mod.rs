@@ -14,10 +14,15 @@
 //! 4. the **edits** ([`edits`]): byte-minimal edits of every place in `to.path` holding a
 //!    promoted image;
 //! 5. the **texts** ([`render`]): branch name, pull request title and body, commit message.
+//!
+//! Between 2 and 3, [`held`] tells which images of the candidate are not proposed again
+//! because someone else changed them in the target after the policy promoted them
+//! (`spec.onGitChange`).
 
 pub mod candidate;
 pub mod edits;
 pub mod gates;
+pub mod held;
 pub mod inventory;
 pub mod render;
 

@@ -79,10 +79,14 @@ pub fn body(candidate: &Candidate, gates: &[GateStatus], ctx: TextContext<'_>) -
     out.push_str("| Image | Now | Proposed | Why |\n|---|---|---|---|\n");
     for image in &candidate.images {
         let now = image.current.join("<br>");
-        let proposed = if image.changes() {
-            format!("`{}`", image.reference())
-        } else {
-            "unchanged".to_string()
+        let proposed = match candidate.hold_of(&image.name) {
+            Some(held) => format!(
+                "held: `{}` set by commit {} (spec.onGitChange)",
+                held.value,
+                crate::values::short(&held.commit)
+            ),
+            None if image.changes() => format!("`{}`", image.reference()),
+            None => "unchanged".to_string(),
         };
         out.push_str(&format!(
             "| {} | `{}` | {} | {} |\n",
@@ -126,7 +130,9 @@ pub fn body(candidate: &Candidate, gates: &[GateStatus], ctx: TextContext<'_>) -
     out
 }
 
-/// The commit message: subject, then each place changed.
+/// The commit message: subject, then each place changed, then the trailers; the last,
+/// `Imagewatch-Policy: <namespace>/<name>`, tells the policy's own commits from changes
+/// someone else made in the target (see [`super::held`]).
 pub fn commit_message(
     candidate: &Candidate,
     changes: &[PlacedChange],
@@ -140,9 +146,10 @@ pub fn commit_message(
         ));
     }
     out.push_str(&format!(
-        "\nPromotionPolicy: {}\nCandidate: {}\n",
+        "\nPromotionPolicy: {}\nCandidate: {}\n{}",
         ctx.policy,
-        candidate.id()
+        candidate.id(),
+        crate::held::Trailer::policy(ctx.policy).line()
     ));
     out
 }
@@ -177,6 +184,7 @@ mod tests {
             ],
             not_in_target: vec!["debug".into()],
             pinned: false,
+            held: vec![],
         }
     }
 
@@ -260,5 +268,30 @@ mod tests {
             "Promote my-api:v2, my-api-worker:v2 to overlays/production\n\n- overlays/production/.argocd-source-a.yaml: r/acct222/my-api:v1 -> r/acct222/my-api:v2\n"
         ), "{msg}");
         assert!(msg.contains("PromotionPolicy: team/my-api"), "{msg}");
+        assert!(
+            msg.ends_with("\nImagewatch-Policy: team/my-api\n"),
+            "the trailer that tells the policy's commits: {msg}"
+        );
+        assert!(crate::held::Trailer::policy("team/my-api").is_in(&msg));
+    }
+
+    #[test]
+    fn the_body_says_which_image_is_held() {
+        let mut c = candidate();
+        c.images[1].current = vec!["r/acct222/my-api-worker:v1".into()];
+        let c = c.with_holds(vec![imagewatch_crd::HeldImage {
+            name: "my-api-worker".into(),
+            commit: "badc0de000000000".into(),
+            author: "Jane <jane@example.com>".into(),
+            value: "v1".into(),
+            replaced: "v2".into(),
+        }]);
+        let body = body(&c, &[], ctx());
+        assert!(
+            body.contains("| held: `v1` set by commit badc0de00000 (spec.onGitChange) |"),
+            "{body}"
+        );
+        assert_eq!(c.changes().count(), 1);
+        assert!(!c.tags().contains_key("my-api-worker"));
     }
 }

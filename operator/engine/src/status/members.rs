@@ -7,7 +7,7 @@ use imagewatch_crd::{ImageWatchStatus, conditions::reason, imagewatch::MemberSta
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::outcome::{Failure, MemberResult, PatternOutcome, WriteResult};
-use super::{self as conditions, short};
+use super::{self as conditions, applied_tag, short};
 
 /// Members listed in `status.members` (sorted by repository); `memberCount` has the total.
 pub const MAX_LISTED_MEMBERS: usize = 200;
@@ -89,6 +89,7 @@ fn member_status<E: Failure>(
             Some(d) => super::status_of(d, previous.and_then(|p| p.pull_request.as_ref())),
             None => previous.and_then(|p| p.pull_request.clone()),
         },
+        held: previous.and_then(|p| p.held.clone()),
     };
     let write = match &member.outcome {
         Ok(write) => write,
@@ -100,7 +101,7 @@ fn member_status<E: Failure>(
             };
         }
     };
-    let applied = tag_of(&write.current_after);
+    let applied = applied_tag(&write.current_after);
     let same_as_before = previous.is_some_and(|p| p.applied.as_deref() == Some(applied.as_str()));
     let commit = match &write.commit {
         Some(commit) => commit.clone(),
@@ -113,8 +114,16 @@ fn member_status<E: Failure>(
         applied: Some(applied),
         commit: Some(commit),
         file: Some(write.file.clone()),
+        held: write.held.as_ref().map(|h| h.change.clone()),
         ..base
     };
+    if let Some(hold) = &write.held {
+        // Git holds what someone else chose, on purpose: up to date with that choice.
+        status.ready = true;
+        status.reason = reason::CHANGED_IN_GIT.to_string();
+        status.message = Some(format!("{}: {}", write.file, hold.message()));
+        return status;
+    }
     if suspended {
         status.ready = !write.changed_needed;
         status.reason = reason::SUSPENDED.to_string();
@@ -321,6 +330,15 @@ pub fn pattern_status<E: Failure>(
             Some(d) => super::status_of(d, previous.pull_request.as_ref()),
             None => previous.pull_request.clone(),
         },
-        conditions: conditions::merge_condition(&previous.conditions, condition),
+        held: None,
+        conditions: super::held::held_condition(
+            conditions::merge_condition(&previous.conditions, condition),
+            outcome.members.iter().find_map(|m| match &m.outcome {
+                Ok(w) => w.held.as_ref().map(|h| (m.repository.as_str(), h)),
+                Err(_) => None,
+            }),
+            generation,
+            now,
+        ),
     }
 }

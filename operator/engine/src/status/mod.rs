@@ -6,6 +6,7 @@
 //! `lastTransitionTime` stable when its status does not change, and [`status_changed`] says
 //! whether a status write is needed at all.
 
+mod held;
 pub mod members;
 pub mod outcome;
 pub mod promotion;
@@ -67,6 +68,14 @@ pub fn ready_of(status: Option<&ImageWatchStatus>) -> Option<&Condition> {
     })
 }
 
+/// The `Held` condition of a status, if present.
+pub fn held_of(status: &ImageWatchStatus) -> Option<&Condition> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == imagewatch_crd::conditions::HELD)
+}
+
 /// Whether two statuses differ in anything but timestamps that only move when something
 /// else changes. Used to skip a status patch when nothing changed.
 pub fn status_changed(old: Option<&ImageWatchStatus>, new: &ImageWatchStatus) -> bool {
@@ -80,18 +89,7 @@ pub fn status_changed(old: Option<&ImageWatchStatus>, new: &ImageWatchStatus) ->
     }
 }
 
-/// The tag of an image reference (empty when it has none).
-pub fn tag_of(image: &str) -> String {
-    crate::manifests::ImageRef::parse(image)
-        .ok()
-        .and_then(|r| r.tag().map(str::to_string))
-        .unwrap_or_default()
-}
-
-/// The short form of a commit id (its first 12 characters).
-pub fn short(commit: &str) -> &str {
-    commit.get(..12).unwrap_or(commit)
-}
+pub use crate::values::{applied_tag, is_bare_tag, short, tag_of};
 
 /// `text`, cut at `max` bytes on a character boundary (with an ellipsis when cut).
 pub fn truncate(text: &str, max: usize) -> String {

@@ -9,7 +9,7 @@ use std::fmt;
 use imagewatch_crd::LatestImage;
 
 use crate::forge::PullRequest;
-use crate::signature::Refused;
+use crate::refused::Refused;
 
 /// A failure as the status reports it.
 pub trait Failure: fmt::Display {
@@ -17,7 +17,7 @@ pub trait Failure: fmt::Display {
     fn reason(&self) -> &'static str;
     /// Whether it lasts until the spec or the cluster changes (no retry before the interval).
     fn is_stalled(&self) -> bool;
-    /// The tag refused for its signature, when that is the failure.
+    /// The tag refused (its signature, a missing platform), when that is the failure.
     fn refused(&self) -> Option<&Refused> {
         None
     }
@@ -44,6 +44,9 @@ pub struct WriteResult {
     pub head: String,
     /// Fetch/commit/push rounds (1 unless a push was rejected).
     pub attempts: u32,
+    /// Git holds a change someone else made, which this write did not overwrite
+    /// (`spec.onGitChange`); `changed_needed` is then false.
+    pub held: Option<crate::held::Hold>,
 }
 
 /// What was done with the pull request.
@@ -121,7 +124,7 @@ pub struct Outcome {
     pub suspended: bool,
     /// Group members still missing a newer tag (`WaitingForGroup`).
     pub waiting: Option<String>,
-    /// With `spec.verify`: the newest better tag refused for its signature.
+    /// With `spec.verify` or `spec.tags.platforms`: the newest better tag refused.
     pub refused: Option<Box<Refused>>,
     /// With `spec.git.pullRequest`: what was done with the pull request.
     pub pull_request: Option<Delivered>,
@@ -136,8 +139,8 @@ pub struct MemberResult<E> {
     pub captures: Vec<String>,
     /// The tag chosen for it, when one was.
     pub latest: Option<String>,
-    /// With `spec.verify`: the newest better tag of this member refused for its signature,
-    /// while an older verified one is written.
+    /// With `spec.verify` or `spec.tags.platforms`: the newest better tag of this member
+    /// refused, while an older one that qualifies is written.
     pub refused: Option<Refused>,
     /// The writer's answer, or why the member could not get that far.
     pub outcome: Result<WriteResult, E>,

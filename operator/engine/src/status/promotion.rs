@@ -3,7 +3,7 @@
 //! and `PullRequestOpen` conditions.
 
 use imagewatch_crd::{
-    PromotionPolicyStatus,
+    OnGitChange, PromotionPolicyStatus,
     conditions::{GATES_PASSING, PULL_REQUEST_OPEN, READY, reason as common_reason},
     promotion::{PromotedImage, Promotion, PromotionMode, PullRequestRef, reason},
 };
@@ -65,6 +65,24 @@ pub struct Outcome {
     pub delivery: Delivery,
     /// Non-fatal problems (forge labels, auto-merge).
     pub warnings: Vec<String>,
+    /// `spec.onGitChange`, for the messages of the candidate's holds.
+    pub on_git_change: OnGitChange,
+    /// `metadata.name` of the policy, for the resume command of a hold.
+    pub name: String,
+}
+
+impl Outcome {
+    /// The `Held` condition's message: each held image, why, and what resumes it; `None`
+    /// when no image is held.
+    pub fn held_message(&self) -> Option<String> {
+        let held = &self.candidate.held;
+        (!held.is_empty()).then(|| {
+            held.iter()
+                .map(|h| crate::promotion::held::message(h, self.on_git_change, &self.name))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
 }
 
 /// The status a reconcile of a policy (its `previous` status and the `generation` it read)
@@ -110,6 +128,15 @@ pub fn build_status<E: Failure>(
         .collect();
     next.candidate_summary = Some(candidate.summary());
     next.candidate_id = Some(candidate.id());
+    next.held = candidate.held.clone();
+    let held_message = outcome.held_message();
+    next.conditions = super::held::held_condition_of(
+        next.conditions,
+        held_message.as_deref(),
+        "no change in the target by someone else holds an image back",
+        generation,
+        now,
+    );
     match &outcome.gates {
         Some(g) => {
             next.gates = g.gates.clone();
@@ -140,6 +167,15 @@ pub fn build_status<E: Failure>(
             candidate.not_in_target.join(", ")
         ));
     }
+    let held_names = candidate
+        .held
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !candidate.held.is_empty() {
+        notes.push(format!("held: {held_names}, see the Held condition"));
+    }
     let note = if notes.is_empty() {
         String::new()
     } else {
@@ -148,6 +184,15 @@ pub fn build_status<E: Failure>(
     let is_pr = outcome.mode == PromotionMode::PullRequest;
     let mut set = |c: Condition| next.conditions = conditions::merge_condition(&next.conditions, c);
     let gates_condition = match &outcome.gates {
+        None if !candidate.held.is_empty() => condition(
+            GATES_PASSING,
+            "Unknown",
+            reason::NOTHING_TO_PROMOTE,
+            &format!(
+                "nothing to promote to {}: {held_names} held (changed in Git by someone else)",
+                outcome.path
+            ),
+        ),
         None => condition(
             GATES_PASSING,
             "Unknown",
@@ -183,7 +228,15 @@ pub fn build_status<E: Failure>(
                     && c.observed_generation == generation
             }) && previous.candidate_id.as_deref()
                 == Some(candidate.id().as_str());
-            if !just_committed {
+            if let Some(message) = &held_message {
+                // Nothing left to propose because someone else changed the target.
+                set(condition(
+                    READY,
+                    "True",
+                    common_reason::CHANGED_IN_GIT,
+                    &format!("nothing to promote to {}: {message}", outcome.path),
+                ));
+            } else if !just_committed {
                 set(condition(
                     READY,
                     "True",

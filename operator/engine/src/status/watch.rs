@@ -6,8 +6,8 @@ use imagewatch_crd::{AppliedImage, ImageWatchSpec, ImageWatchStatus, conditions:
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::outcome::{Failure, Outcome, PrAction, Reconciled};
-use super::{self as conditions, members, pull_request, short, tag_of};
-use crate::signature::Refused;
+use super::{self as conditions, applied_tag, is_bare_tag, members, pull_request, short};
+use crate::refused::Refused;
 
 /// The status a reconcile of a watch (its `spec`, its `previous` status and the
 /// `generation` it read) should leave, from what it found and did (or the failure that
@@ -49,6 +49,7 @@ pub fn build_status<E: Failure>(
             },
         },
         pull_request: previous.pull_request.clone(),
+        held: previous.held.clone().filter(|_| !pattern),
         conditions: previous.conditions.clone(),
     };
     if let Ok(Outcome {
@@ -85,14 +86,18 @@ pub fn build_status<E: Failure>(
         Ok(outcome) => {
             next.latest = Some(outcome.latest.clone());
             if let Some(write) = &outcome.write {
-                let tag = tag_of(&write.current_after);
+                next.held = write.held.as_ref().map(|h| h.change.clone());
+                let tag = applied_tag(&write.current_after);
+                // A bare tag (Helm `image.tag`) is no image reference.
+                let image =
+                    (!is_bare_tag(&write.current_after)).then(|| write.current_after.clone());
                 let same_as_before = previous
                     .applied
                     .as_ref()
-                    .is_some_and(|a| a.image.as_deref() == Some(write.current_after.as_str()));
+                    .is_some_and(|a| holds(a, &write.current_after));
                 next.applied = Some(AppliedImage {
                     tag,
-                    image: Some(write.current_after.clone()),
+                    image,
                     commit: Some(write.commit.clone().unwrap_or_else(|| {
                         previous
                             .applied
@@ -148,6 +153,19 @@ pub fn build_status<E: Failure>(
                     _ => "suspended: nothing is written".to_string(),
                 };
                 conditions::ready_condition(false, reason::SUSPENDED, &message, generation, now)
+            } else if let Some((w, hold)) = outcome
+                .write
+                .as_ref()
+                .and_then(|w| w.held.as_ref().map(|h| (w, h)))
+            {
+                // Git holds what someone chose on purpose: the watch does what it is told.
+                conditions::ready_condition(
+                    true,
+                    reason::CHANGED_IN_GIT,
+                    &format!("{}: {}", w.file, hold.message()),
+                    generation,
+                    now,
+                )
             } else {
                 match &outcome.write {
                     Some(w) if w.commit.is_some() => conditions::ready_condition(
@@ -186,14 +204,26 @@ pub fn build_status<E: Failure>(
                 && old.observed_generation == generation
                 && old.reason == reason::UPDATED
                 && condition.reason == reason::UP_TO_DATE
-                && previous.applied.as_ref().and_then(|a| a.image.as_deref())
-                    == outcome.write.as_ref().map(|w| w.current_after.as_str()) =>
+                && previous
+                    .applied
+                    .as_ref()
+                    .zip(outcome.write.as_ref())
+                    .is_some_and(|(a, w)| holds(a, &w.current_after)) =>
         {
             old.clone()
         }
         _ => condition,
     };
     next.conditions = conditions::merge_condition(&next.conditions, condition);
+    if let Ok(outcome) = result
+        && !outcome.suspended
+    {
+        let held = outcome
+            .write
+            .as_ref()
+            .and_then(|w| w.held.as_ref().map(|h| (w.file.as_str(), h)));
+        next.conditions = super::held::held_condition(next.conditions, held, generation, now);
+    }
     next
 }
 
@@ -207,10 +237,18 @@ fn refused_tag(refused: &Refused) -> imagewatch_crd::RefusedTag {
     }
 }
 
+/// Whether `applied` says Git holds `value` (an image reference, or a bare tag).
+fn holds(applied: &AppliedImage, value: &str) -> bool {
+    match &applied.image {
+        Some(image) => image == value,
+        None => is_bare_tag(value) && applied.tag == value,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{WriteResult, ready_of, status_changed};
+    use crate::status::{WriteResult, ready_of, status_changed, tag_of};
     use imagewatch_crd::LatestImage;
     use std::fmt;
 
@@ -265,6 +303,7 @@ mod tests {
                 commit: commit.map(str::to_string),
                 head: "head0000000000000".into(),
                 attempts: 1,
+                held: None,
             }),
             suspended: false,
             waiting: None,
@@ -275,6 +314,49 @@ mod tests {
 
     fn single(o: Outcome) -> Result<Reconciled<Failed>, Failed> {
         Ok(Reconciled::Single(o))
+    }
+
+    #[test]
+    fn a_hold_is_held_true_and_ready_then_not_held_once_written() {
+        let spec = spec();
+        let mut held = outcome("r.io/app:v1", "r.io/app:v1", None);
+        if let Some(w) = held.write.as_mut() {
+            w.desired = "r.io/app:v2".into();
+            w.held = Some(crate::held::Hold {
+                change: imagewatch_crd::HeldChange {
+                    commit: "0123456789abcdef".into(),
+                    author: "Jane <jane@example.com>".into(),
+                    value: "r.io/app:v1".into(),
+                    replaced: "r.io/app:v2".into(),
+                },
+                mode: imagewatch_crd::OnGitChange::HoldUntilNewer,
+            });
+        }
+        let s = build_status(&spec, None, Some(1), &single(held), &t(10));
+        let cond = |s: &ImageWatchStatus, type_: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let (status, reason, message) = cond(&s, "Held").unwrap();
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "ChangedInGit"));
+        assert!(message.contains("0123456789ab") && message.contains("Jane <jane@example.com>"));
+        assert_eq!(cond(&s, "Ready").unwrap().1, "ChangedInGit");
+        assert_eq!(
+            s.held.as_ref().map(|h| h.replaced.as_str()),
+            Some("r.io/app:v2")
+        );
+        // What Git holds is still `applied`.
+        assert_eq!(s.applied.as_ref().map(|a| a.tag.as_str()), Some("v1"));
+
+        let written = single(outcome("r.io/app:v1", "r.io/app:v3", Some("feed")));
+        let after = build_status(&spec, Some(&s), Some(1), &written, &t(20));
+        assert_eq!(cond(&after, "Held").unwrap().1, "NotHeld");
+        assert_eq!(after.held, None);
+        // A watch never held has no `Held` condition.
+        let plain = build_status(&spec, None, Some(1), &written, &t(20));
+        assert!(cond(&plain, "Held").is_none());
     }
 
     #[test]
@@ -303,6 +385,24 @@ mod tests {
         let current = single(outcome("r.io/app:v2", "r.io/app:v2", None));
         let again = build_status(&spec, Some(&s), Some(2), &current, &t(20));
         assert!(!status_changed(Some(&s), &again), "{again:?}");
+    }
+
+    #[test]
+    fn a_bare_tag_in_git_is_the_applied_tag_and_stays_put_while_current() {
+        // A Helm `image.tag` key holds the tag alone.
+        let spec = spec();
+        let mut o = outcome("v1", "v2", Some("abcdef0123456789"));
+        o.latest.tag = "v2".into();
+        let s = build_status(&spec, None, Some(2), &single(o), &t(10));
+        let applied = s.applied.clone().unwrap();
+        assert_eq!((applied.tag.as_str(), applied.image), ("v2", None));
+        let mut current = outcome("v2", "v2", None);
+        current.latest.tag = "v2".into();
+        let again = build_status(&spec, Some(&s), Some(2), &single(current), &t(20));
+        assert!(!status_changed(Some(&s), &again), "{again:?}");
+        assert_eq!(super::applied_tag("r.io:5000/app:v3"), "v3");
+        assert_eq!(super::applied_tag("v3.1-rc.1"), "v3.1-rc.1");
+        assert_eq!(super::applied_tag("r.io/app"), "");
     }
 
     #[test]

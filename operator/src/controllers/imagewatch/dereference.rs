@@ -8,10 +8,11 @@
 use std::time::Duration;
 
 use imagewatch_crd::ImageWatch;
+use imagewatch_engine::platforms::Platform;
 use kube::ResourceExt;
 
 use super::pull_request;
-use super::validate::{AllowList, check_git_allowed, credential_choice, join_path};
+use super::validate::{AllowList, ValidatedRules, check_git_allowed, credential_choice, join_path};
 use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
 use crate::controllers::{Announcer, Context, SecretReader};
@@ -58,6 +59,8 @@ pub(super) struct Rules {
     pub(super) creds: Credentials,
     pub(super) use_ecr: bool,
     pub(super) credential_key: CredentialKey,
+    /// `spec.tags.platforms`: every written tag's image provides these (empty: any).
+    pub(super) platforms: Vec<Platform>,
 }
 
 /// Which credentials a watch of one repository reads its registry with, and that
@@ -79,8 +82,14 @@ pub(super) async fn rules(
     watch: &ImageWatch,
     ctx: &DereferenceContext<'_>,
     registry: &str,
-    (policy, order, interval): (TagPolicy, policy::Order, Duration),
+    validated: ValidatedRules,
 ) -> Result<Rules, ReconcileError> {
+    let ValidatedRules {
+        policy,
+        order,
+        interval,
+        platforms,
+    } = validated;
     let namespace = watch.namespace().unwrap_or_default();
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
     let (use_ecr, credential_key) = credential_choice(&credentials, &namespace, registry);
@@ -110,6 +119,7 @@ pub(super) async fn rules(
         creds,
         use_ecr,
         credential_key,
+        platforms,
     })
 }
 

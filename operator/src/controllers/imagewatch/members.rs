@@ -112,6 +112,7 @@ mod tests {
             commit: commit.map(str::to_string),
             head: "head0000000000000".into(),
             attempts: 1,
+            held: None,
         }
     }
 
@@ -128,11 +129,11 @@ mod tests {
 
     #[test]
     fn members_verified_one_by_one() {
-        use crate::signature::{Refused, Verdict as SignatureVerdict};
+        use crate::signature::{Refusal, Refused, Verdict as SignatureVerdict};
         let refused = |tag: &str, verdict| Refused {
             tag: tag.into(),
             digest: "sha256:1111".into(),
-            verdict,
+            why: Refusal::Signature(verdict),
         };
         let mut held_back = member(
             "svc/b/api",
@@ -160,7 +161,7 @@ mod tests {
             // No candidate verifies: nothing written.
             member(
                 "svc/c/api",
-                Err(ReconcileError::Signature(Box::new(refused(
+                Err(ReconcileError::Refused(Box::new(refused(
                     "v2",
                     SignatureVerdict::Invalid("classic signature: no key".into()),
                 )))),
@@ -380,6 +381,7 @@ mod tests {
             reason: "UpToDate".into(),
             message: None,
             pull_request: None,
+            held: None,
         }];
         let o = outcome(vec![member(
             "svc/a/api",

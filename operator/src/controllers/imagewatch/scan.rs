@@ -1,7 +1,8 @@
 //! The scan step: the tags of a watch's repository, from the repository index (one scan per
 //! repository and credentials, shared by every watch that reads it), with when each tag
 //! appeared under `Newest`; the digests of tags, looked up once per scan, which confirm a
-//! tag exists before it is written; and the signature verdicts of `spec.verify` on them.
+//! tag exists before it is written; the signature verdicts of `spec.verify` and the
+//! platforms of `spec.tags.platforms` on them.
 //! Reads the registry (or ECR) through the index; hands on [`Prepared`] to the choice.
 
 use std::sync::Arc;
@@ -261,6 +262,41 @@ impl Prepared<'_> {
         }
     }
 
+    /// `spec.tags.platforms`: `tag` refused when the image of its `digest` lacks a wanted
+    /// platform (`None` when it provides them all, or none are wanted). One manifest request
+    /// per new digest (and one config blob for a single image), remembered by digest.
+    pub(super) async fn platform_refusal(
+        &self,
+        ctx: &ScanContext<'_>,
+        tag: &str,
+        digest: &str,
+    ) -> Result<Option<crate::signature::Refused>, ReconcileError> {
+        let wanted = &self.rules.platforms;
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let creds = self.registry_api_credentials(ctx).await?;
+        let Some(provided) = ctx
+            .registry
+            .image_platforms(&self.repo, digest, &creds)
+            .await?
+        else {
+            return Err(ReconcileError::NoMatchingTags(format!(
+                "tag {tag} of {} ({digest}) has no manifest",
+                self.image
+            )));
+        };
+        let missing = imagewatch_engine::platforms::missing(wanted, &provided);
+        Ok((!missing.is_empty()).then(|| crate::signature::Refused {
+            tag: tag.to_string(),
+            digest: digest.to_string(),
+            why: crate::signature::Refusal::PlatformMissing {
+                missing,
+                provided: provided.to_vec(),
+            },
+        }))
+    }
+
     /// The signature verdict on `digest`, counted in `imagewatch_signature_checks_total`.
     pub(super) async fn verdict(
         &self,
@@ -268,7 +304,7 @@ impl Prepared<'_> {
         keys: &VerifyKeys,
         digest: &str,
     ) -> Result<crate::signature::Verdict, ReconcileError> {
-        let creds = self.signature_credentials(ctx).await?;
+        let creds = self.registry_api_credentials(ctx).await?;
         let result = crate::signature::fetch::check(
             ctx.registry,
             ctx.signatures,
@@ -287,10 +323,11 @@ impl Prepared<'_> {
         Ok(result?)
     }
 
-    /// The credentials signatures are read with: the watch's own, or for ECR reached through
-    /// the operator's AWS identity, the registry token that identity is issued (signatures
-    /// are not in the ECR API; the same identity reads them through the registry API).
-    async fn signature_credentials(
+    /// The credentials signatures and manifests are read with: the watch's own, or for ECR
+    /// reached through the operator's AWS identity, the registry token that identity is
+    /// issued (signatures and manifest bodies are not in the ECR API; the same identity reads
+    /// them through the registry API).
+    async fn registry_api_credentials(
         &self,
         ctx: &ScanContext<'_>,
     ) -> Result<Credentials, ReconcileError> {

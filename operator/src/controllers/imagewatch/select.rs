@@ -1,6 +1,7 @@
 //! The select step: the tag a watch writes. Its own rules' choice or its pin, its group's
-//! tag (the newest every member has, see `group.rs`), and with `spec.verify` the newest tag
-//! whose signature verifies; then the image reference to write and `status.latest`. Reads
+//! tag (the newest every member has, see `group.rs`), and with `spec.verify` or
+//! `spec.tags.platforms` the newest tag whose signature verifies and whose image provides
+//! every wanted platform; then the image reference to write and `status.latest`. Reads
 //! [`Prepared`] scans and the watch store (for group members); hands on the tag, its digest
 //! and a refused tag to the write, and the other members' write intents of a group.
 
@@ -19,6 +20,10 @@ use crate::writer::WriteRequest;
 
 /// Candidate tags checked for a verified signature per reconcile, best first.
 const VERIFY_CANDIDATES: usize = 5;
+/// Candidate tags checked for `spec.tags.platforms` per reconcile, best first (without
+/// `spec.verify`). Each new digest costs a manifest request (and a config blob for a
+/// single image); known digests cost nothing.
+const PLATFORM_CANDIDATES: usize = 5;
 
 /// How `spec.verify` takes part in choosing the tag to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +144,14 @@ pub(super) async fn group_choice(
                 p.watch.name_any()
             ))
         })?;
+        // A member's own spec.tags.platforms holds for the tag written for it here too.
+        if let Some(refused) = p.platform_refusal(&ctx.scan, &tag, &digest).await? {
+            return Err(ReconcileError::WaitingForGroup(format!(
+                "group {group}: member {}: {}",
+                p.watch.name_any(),
+                refused.message()
+            )));
+        }
         requests.push(
             p.write_request(&ctx.dereference, p.image_for(&tag, Some(&digest))?, None)
                 .await?,
@@ -177,8 +190,9 @@ impl Prepared<'_> {
         })
     }
 
-    /// The tag to write, its digest and (with `spec.verify`) the newest better tag refused
-    /// for its signature: see [`verify_mode`]. `group_tag` is what the watch's group chose.
+    /// The tag to write, its digest and the newest better tag refused (with `spec.verify`
+    /// for its signature, see [`verify_mode`]; with `spec.tags.platforms` for a missing
+    /// platform). `group_tag` is what the watch's group chose.
     pub(super) async fn choose(
         &self,
         ctx: &ScanContext<'_>,
@@ -192,15 +206,17 @@ impl Prepared<'_> {
             .as_deref()
             .is_some_and(|p| !p.is_empty());
         let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
-        if let (VerifyMode::NewestVerified, Some(keys)) = (mode, verify) {
-            let (tag, digest, refused) = self.verified_choice(ctx, keys).await?;
+        let platforms = !self.rules.platforms.is_empty();
+        if !pinned && group_tag.is_none() && (mode == VerifyMode::NewestVerified || platforms) {
+            let keys = verify.filter(|_| mode == VerifyMode::NewestVerified);
+            let (tag, digest, refused) = self.qualified_choice(ctx, keys).await?;
             return Ok((tag, Some(digest), refused));
         }
         let tag = match group_tag {
             Some(tag) => tag.to_string(),
             None => self.own_choice()?,
         };
-        if mode == VerifyMode::Off {
+        if mode == VerifyMode::Off && !platforms {
             // The watch's own choice needs a manifest request only where a digest is written
             // or the listing does not hold it; a group's tag is confirmed in every member.
             let digest = match group_tag {
@@ -210,50 +226,65 @@ impl Prepared<'_> {
             return Ok((tag, digest, None));
         }
         let digest = self.confirmed_digest(ctx, &tag).await?;
+        // A pin or a group's tag is not traded for an older one: it qualifies or nothing is
+        // written.
+        if let Some(refused) = self.platform_refusal(ctx, &tag, &digest).await? {
+            return Err(ReconcileError::Refused(Box::new(refused)));
+        }
         if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
             let verdict = self.verdict(ctx, keys, &digest).await?;
             let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
             if let Some(first) = decision.refused.into_iter().next() {
-                return Err(ReconcileError::Signature(Box::new(first)));
+                return Err(ReconcileError::Refused(Box::new(first)));
             }
         }
         Ok((tag, Some(digest), None))
     }
 
-    /// With `spec.verify`: the best candidate whose signature verifies, its digest, and the
-    /// newest better candidate refused (see `signature::decide`).
-    async fn verified_choice(
+    /// With `spec.verify` (`keys`) or `spec.tags.platforms`: the best candidate that
+    /// qualifies, its digest, and the newest better candidate refused. Candidates are checked
+    /// best first and the first that qualifies ends the search: its platforms (a manifest,
+    /// and for a single image its config, once per digest), then its signature.
+    async fn qualified_choice(
         &self,
         ctx: &ScanContext<'_>,
-        keys: &VerifyKeys,
+        keys: Option<&VerifyKeys>,
     ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
-        let ranked = self.rules.policy.ranked(&self.scan.tags, VERIFY_CANDIDATES);
+        let limit = if keys.is_some() {
+            VERIFY_CANDIDATES
+        } else {
+            PLATFORM_CANDIDATES
+        };
+        let ranked = self.rules.policy.ranked(&self.scan.tags, limit);
         if ranked.is_empty() {
             self.own_choice()?;
         }
-        let mut checked = Vec::new();
+        let mut newest_refused = None;
         for candidate in &ranked {
-            let Some(digest) = self.digest(ctx, &candidate.tag).await? else {
+            let tag = &candidate.tag;
+            let Some(digest) = self.digest(ctx, tag).await? else {
                 continue;
             };
-            let verdict = self.verdict(ctx, keys, &digest).await?;
-            let verified = matches!(verdict, crate::signature::Verdict::Verified { .. });
-            checked.push((candidate.tag.clone(), digest, verdict));
-            if verified {
-                break;
+            if let Some(refused) = self.platform_refusal(ctx, tag, &digest).await? {
+                newest_refused.get_or_insert(refused);
+                continue;
             }
+            if let Some(keys) = keys {
+                let verdict = self.verdict(ctx, keys, &digest).await?;
+                let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+                if let Some(refused) = decision.refused.into_iter().next() {
+                    newest_refused.get_or_insert(refused);
+                    continue;
+                }
+            }
+            return Ok((tag.clone(), digest, newest_refused));
         }
-        let decision = crate::signature::decide(&checked);
-        let newest_refused = decision.refused.into_iter().next();
-        match decision.chosen {
-            Some((tag, digest)) => Ok((tag, digest, newest_refused)),
-            None => match newest_refused {
-                Some(refused) => Err(ReconcileError::Signature(Box::new(refused))),
-                None => Err(ReconcileError::NoMatchingTags(format!(
-                    "no candidate tag of {} has a manifest",
-                    self.image
-                ))),
-            },
+        match newest_refused {
+            Some(refused) => Err(ReconcileError::Refused(Box::new(refused))),
+            None => Err(ReconcileError::NoMatchingTags(format!(
+                "no candidate tag of {} has a manifest",
+                self.image
+            ))),
         }
     }
 

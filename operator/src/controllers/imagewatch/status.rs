@@ -134,6 +134,20 @@ pub(super) async fn publish_events(
     if let Some(event) = event {
         publish(watch, &event, recorder).await;
     }
+    // A change someone else made in Git that the watch now holds to (see spec.onGitChange).
+    if let Some(held) = conditions::held_of(new_status)
+        .filter(|c| c.status == "True")
+        .filter(|_| newly_held(watch.status.as_ref(), new_status))
+    {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: reason::CHANGED_IN_GIT.into(),
+            note: Some(held.message.clone()),
+            action: "Hold".into(),
+            secondary: None,
+        };
+        publish(watch, &event, recorder).await;
+    }
     // The pull requests of the push branches opened, updated or closed.
     let delivered: Vec<&pull_request::Delivered> = match result {
         Ok(Reconciled::Single(Outcome {
@@ -170,7 +184,7 @@ pub(super) async fn publish_events(
         };
         publish(watch, &event, recorder).await;
     }
-    // A newer tag refused for its signature while an older verified one is written.
+    // A newer tag refused (its signature, a platform) while an older one is written.
     if let Ok(Reconciled::Single(Outcome {
         refused: Some(refused),
         ..
@@ -182,12 +196,29 @@ pub(super) async fn publish_events(
                 type_: EventType::Warning,
                 reason: refused.reason().into(),
                 note: Some(format!("refused {}", refused.message())),
-                action: "Verify".into(),
+                action: match refused.why {
+                    crate::signature::Refusal::Signature(_) => "Verify",
+                    crate::signature::Refusal::PlatformMissing { .. } => "CheckPlatforms",
+                }
+                .into(),
                 secondary: None,
             };
             publish(watch, &event, recorder).await;
         }
     }
+}
+
+/// Whether `new` holds to a change in Git (its own or a member's) that `old` did not.
+fn newly_held(old: Option<&ImageWatchStatus>, new: &ImageWatchStatus) -> bool {
+    let holds = |s: &ImageWatchStatus| -> Vec<String> {
+        s.held
+            .iter()
+            .chain(s.members.iter().filter_map(|m| m.held.as_ref()))
+            .map(|h| h.commit.clone())
+            .collect()
+    };
+    let before = old.map(holds).unwrap_or_default();
+    holds(new).iter().any(|c| !before.contains(c))
 }
 
 async fn publish(watch: &ImageWatch, event: &Event, recorder: &Recorder) {

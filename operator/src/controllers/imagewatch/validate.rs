@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use imagewatch_crd::{ImageWatch, RegistryProvider, TagOrder, TagPick};
+use imagewatch_engine::platforms::Platform;
 use kube::ResourceExt;
 
 use crate::cluster::allowance::Allowance;
@@ -18,10 +19,17 @@ use crate::registry::is_ecr_host;
 use crate::scan::index::CredentialKey;
 use crate::telemetry::Metrics;
 
+/// The spec's tag rules and interval, validated (step 1).
+pub(super) struct ValidatedRules {
+    pub(super) policy: TagPolicy,
+    pub(super) order: policy::Order,
+    pub(super) interval: Duration,
+    /// `spec.tags.platforms`: every written tag's image provides these (empty: any).
+    pub(super) platforms: Vec<Platform>,
+}
+
 /// Step 1 (pure): the tag rules and the interval.
-pub(super) fn validate_rules(
-    watch: &ImageWatch,
-) -> Result<(TagPolicy, policy::Order, Duration), ReconcileError> {
+pub(super) fn validate_rules(watch: &ImageWatch) -> Result<ValidatedRules, ReconcileError> {
     let spec = &watch.spec;
     let tags = spec.tags.clone().unwrap_or_default();
     let order = match tags.order.unwrap_or_default() {
@@ -47,7 +55,15 @@ pub(super) fn validate_rules(
             spec.interval_or_default()
         )));
     };
-    Ok((policy, order, interval))
+    // The CRD refuses malformed entries at apply; this guards objects stored before.
+    let platforms = Platform::parse_all(tags.platforms.as_deref().unwrap_or(&[]))
+        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags.platforms: {e}")))?;
+    Ok(ValidatedRules {
+        policy,
+        order,
+        interval,
+        platforms,
+    })
 }
 
 /// What the allow-list asks read: the allow-list, the client its ConfigMap and AppProjects

@@ -19,7 +19,8 @@ use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader, WorkSlots};
 use crate::manifests::{EditOptions, ImageChange};
 use crate::telemetry::Metrics;
-use crate::writer::{GitWriter, WriteRequest, WriteResult};
+use crate::writer::{GitChangeGuard, GitWriter, WriteRequest, WriteResult};
+use imagewatch_crd::OnGitChange;
 
 /// What the write step uses: the git writer (waited for without holding a work slot), and
 /// for a pull request the forge token's Secret, the client the finalizer is added with, and
@@ -77,6 +78,45 @@ impl Prepared<'_> {
                     .replace("{namespace}", &self.rules.namespace)
                     .replace("{name}", &watch.name_any())
             }),
+            guard: self.git_change_guard(),
+        })
+    }
+
+    /// `spec.onGitChange`: what this watch (or pattern member) last wrote, from its status —
+    /// the value a hold replaced while held, else `applied` — for the writer to tell a change
+    /// someone else made. `None` with `Overwrite`, or before anything was written.
+    fn git_change_guard(&self) -> Option<GitChangeGuard> {
+        let watch = self.watch;
+        let mode = watch.spec.on_git_change.unwrap_or_default();
+        if mode == OnGitChange::Overwrite {
+            return None;
+        }
+        let status = watch.status.as_ref()?;
+        let last_written = if watch.spec.is_pattern() {
+            let member = status
+                .members
+                .iter()
+                .find(|m| m.repository == self.repo.path)?;
+            match &member.held {
+                Some(held) => held.replaced.clone(),
+                None => member.applied.clone()?,
+            }
+        } else {
+            match &status.held {
+                Some(held) => held.replaced.clone(),
+                None => {
+                    let applied = status.applied.as_ref()?;
+                    applied.image.clone().unwrap_or_else(|| applied.tag.clone())
+                }
+            }
+        };
+        Some(GitChangeGuard {
+            mode,
+            last_written,
+            resume: watch
+                .annotations()
+                .get(imagewatch_crd::conditions::RESUME_ANNOTATION)
+                .cloned(),
         })
     }
 }

@@ -43,9 +43,13 @@ pub(super) struct Decision {
     pub(super) align: Option<imagewatch_crd::promotion::AlignTags>,
     pub(super) pin: Option<BTreeMap<String, String>>,
     pub(super) to_path: String,
+    /// Images not proposed again (`spec.onGitChange`, found by the holds step in `held.rs`).
+    pub(super) held: Vec<imagewatch_crd::HeldImage>,
 }
 
 impl Decision {
+    /// The candidate on `target`, its held images not proposed (also when a rejected push
+    /// makes the writer plan again on a newer head).
     pub(super) fn candidate(&self, target: &Inventory) -> Result<Candidate, CandidateError> {
         promotion::build_candidate(CandidateInput {
             sources: &self.source.images,
@@ -55,6 +59,7 @@ impl Decision {
             target,
             target_path: &self.to_path,
         })
+        .map(|c| c.with_holds(self.held.clone()))
     }
 }
 

@@ -36,6 +36,7 @@ pub(crate) fn candidate(current: &str) -> Candidate {
         }],
         not_in_target: vec![],
         pinned: false,
+        held: vec![],
     }
 }
 
@@ -49,6 +50,8 @@ pub(crate) fn outcome(delivery: Delivery, gates: Option<GateReport>, current: &s
         gates,
         delivery,
         warnings: vec![],
+        on_git_change: Default::default(),
+        name: "my-api".into(),
     }
 }
 

@@ -3,11 +3,12 @@
 //!
 //! This file holds the controller runner and the top-level reconcile, which calls the steps in
 //! order; each step has its file: `read.rs` (validate, dereference, read Git and Argo CD),
-//! `decide.rs` (candidate and gate facts), `deliver.rs` (commit or pull request through the
-//! git writer and the forge), `status.rs` (status and Events) and `finalizer.rs` (cleanup on
-//! delete). Each step takes a context of its own, borrowed from what the reconciles share
-//! (`ReadContext`, `DecideContext`, `DeliverContext`, `FinalizerContext`; the status step
-//! takes the Event recorder and the client alone).
+//! `decide.rs` (candidate and gate facts), `held.rs` (images not proposed again),
+//! `deliver.rs` (commit or pull request through the git writer and the forge), `status.rs`
+//! (status and Events) and `finalizer.rs` (cleanup on delete). Each step takes a context of
+//! its own, borrowed from what the reconciles share (`ReadContext`, `DecideContext`,
+//! `DeliverContext`, `FinalizerContext`; the status step takes the Event recorder and the
+//! client alone).
 //!
 //! One reconcile of one policy, top to bottom:
 //!
@@ -17,7 +18,10 @@
 //! 3. **read Git** (blocking, on the git writer's clone): fetch the target branch (and the
 //!    source branch and the pull request branch), read `to.path` (and `from.path`), check
 //!    that the Application's revision holds the source commits;
-//! 4. **decide** (pure, `crate::promotion`): candidate, diff against the target, gates;
+//! 4. **decide** (pure, `crate::promotion`): candidate, diff against the target, the images
+//!    held because someone else changed them in the target (`held.rs`: `spec.onGitChange`,
+//!    reading the history of a place only when Git differs from both the candidate and the
+//!    last promotion), gates;
 //! 5. **write**: nothing when the target already matches (an open pull request is then closed);
 //!    otherwise, once every gate passes, a commit through the git writer on `to.branch` (mode
 //!    `Commit`, re-planned and retried when the push is rejected) or on
@@ -25,8 +29,9 @@
 //!    while it holds nothing but the operator's own commit, plus one pull request found,
 //!    updated or created on the forge;
 //! 6. **status** (server-side apply, field manager `imagewatch`): source, candidate, gates,
-//!    pull request, the last 10 promotions, conditions `Ready`, `GatesPassing`,
-//!    `PullRequestOpen`; Events for each promotion; metrics.
+//!    pull request, the last 10 promotions, the held images, conditions `Ready`,
+//!    `GatesPassing`, `PullRequestOpen` (and `Held` once an image was held); Events for each
+//!    promotion and each new hold; metrics.
 //!
 //! Also triggered when an ImageWatch in the policy's namespace changes (a new applied tag
 //! makes a new candidate at once), and every `spec.interval` (soaks end, Applications become
@@ -100,6 +105,7 @@ mod deliver;
 mod finalizer;
 #[cfg(test)]
 mod fixtures;
+mod held;
 mod read;
 mod status;
 
@@ -340,6 +346,8 @@ async fn reconcile(
     let outcome_label = match &result {
         Ok(o) => match &o.delivery {
             Delivery::UpToDate { closed: Some(_) } => "pr_closed",
+            // Nothing left to propose because someone else changed the target.
+            Delivery::UpToDate { closed: None } if !o.candidate.held.is_empty() => "held",
             Delivery::UpToDate { closed: None } => "up_to_date",
             Delivery::Gated => "gated",
             Delivery::Suspended => "suspended",
@@ -370,7 +378,7 @@ async fn reconcile(
         .inc();
     let now = Time(jiff::Timestamp::now());
     let new_status = build_status(policy, &result, &now);
-    publish_events(policy, &result, &shared.ctx.recorder).await;
+    publish_events(policy, &result, &new_status, &shared.ctx.recorder).await;
     let change = finalizer_change(
         finalizer_present,
         wants_finalizer(&new_status),
@@ -520,8 +528,23 @@ async fn reconcile_policy(
         align: spec.align_tags.clone(),
         pin: spec.pin.clone(),
         to_path: to_path.clone(),
+        held: Vec::new(),
     };
-    let candidate = decision.candidate(&target).map_err(candidate_error)?;
+    let unheld = decision.candidate(&target).map_err(candidate_error)?;
+    // 4b. holds (spec.onGitChange): the images someone else changed in the target since the
+    // last promotion; history is read only for an image Git changed away from both.
+    let held = held::find_holds(
+        &read_step,
+        &location,
+        read.base_head,
+        policy,
+        &unheld,
+        &target,
+        &to_path,
+    )
+    .await?;
+    let decision = Decision { held, ..decision };
+    let candidate = unheld.with_holds(decision.held.clone());
     let mut outcome = Outcome {
         source,
         mode,
@@ -531,6 +554,8 @@ async fn reconcile_policy(
         gates: None,
         delivery: Delivery::UpToDate { closed: None },
         warnings: Vec::new(),
+        on_git_change: spec.on_git_change.unwrap_or_default(),
+        name: name.clone(),
     };
     let source_text = outcome.source.clone();
     let text_ctx = TextContext {

@@ -8,7 +8,7 @@ use super::*;
 
 /// What the read step reads: ImageWatches and Argo CD Applications (with the client, in Argo
 /// CD's namespace), the allow-list and the metrics its answers are counted in, the target's
-/// Git Secret, and the git writer's clones.
+/// Git Secret, and the git writer's clones (and its history reader, for the holds step).
 #[derive(Clone, Copy)]
 pub(super) struct ReadContext<'a> {
     pub(super) client: &'a Client,
@@ -17,6 +17,8 @@ pub(super) struct ReadContext<'a> {
     pub(super) metrics: &'a crate::telemetry::Metrics,
     pub(super) secrets: SecretReader<'a>,
     pub(super) clones: &'a Arc<RepoCache>,
+    /// The git writer, for the history of the target's places (`held.rs`).
+    pub(super) writer: &'a crate::writer::GitWriter,
 }
 
 impl<'a> ReadContext<'a> {
@@ -29,6 +31,7 @@ impl<'a> ReadContext<'a> {
             metrics: &shared.ctx.metrics,
             secrets: SecretReader::of(&shared.ctx),
             clones: &shared.cache,
+            writer: &shared.ctx.writer,
         }
     }
 }

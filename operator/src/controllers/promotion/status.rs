@@ -148,15 +148,45 @@ pub fn event_for(
     }
 }
 
+/// The Warning Event of the holds that start with `new` (pure): images held on a commit the
+/// policy's previous status did not hold them on, once each.
+pub fn held_event(policy: &PromotionPolicy, new: &PromotionPolicyStatus) -> Option<Event> {
+    let before = policy
+        .status
+        .as_ref()
+        .map(|s| s.held.as_slice())
+        .unwrap_or_default();
+    let mode = policy.spec.on_git_change.unwrap_or_default();
+    let started: Vec<String> = new
+        .held
+        .iter()
+        .filter(|h| {
+            !before
+                .iter()
+                .any(|b| b.name == h.name && b.commit == h.commit)
+        })
+        .map(|h| promotion::held::message(h, mode, &policy.name_any()))
+        .collect();
+    (!started.is_empty()).then(|| Event {
+        type_: EventType::Warning,
+        reason: imagewatch_crd::conditions::reason::CHANGED_IN_GIT.into(),
+        note: Some(truncate(&started.join("; "), 1024)),
+        action: "Hold".into(),
+        secondary: None,
+    })
+}
+
 pub(super) async fn publish_events(
     policy: &PromotionPolicy,
     result: &Result<Outcome, PromotionError>,
+    new_status: &PromotionPolicyStatus,
     recorder: &kube::runtime::events::Recorder,
 ) {
-    if let Some(event) = event_for(policy, result)
-        && let Err(e) = recorder.publish(&event, &policy.object_ref(&())).await
-    {
-        tracing::warn!(error = %e, "cannot publish Event");
+    let events = [event_for(policy, result), held_event(policy, new_status)];
+    for event in events.iter().flatten() {
+        if let Err(e) = recorder.publish(event, &policy.object_ref(&())).await {
+            tracing::warn!(error = %e, "cannot publish Event");
+        }
     }
 }
 
@@ -321,6 +351,114 @@ mod tests {
         assert_eq!(cond(&s, GATES_PASSING).status, "Unknown");
         assert_eq!(cond(&s, READY).reason, "UpToDate");
         assert_eq!(event_for(&p, &Ok(o)).unwrap().reason, "PullRequestClosed");
+    }
+
+    #[test]
+    fn a_held_image_is_held_true_with_one_event_and_others_still_go() {
+        let mut p = policy(json!({"mode": "Commit"}));
+        let held = imagewatch_crd::HeldImage {
+            name: "my-api".into(),
+            commit: "badc0de000000000".into(),
+            author: "Jane <jane@example.com>".into(),
+            value: "v1".into(),
+            replaced: "v2".into(),
+        };
+        // Nothing left to propose: Ready says why, Held names commit, author and tag.
+        let all_held = Outcome {
+            mode: PromotionMode::Commit,
+            candidate: candidate("v1").with_holds(vec![held.clone()]),
+            ..outcome(Delivery::UpToDate { closed: None }, None, "v1")
+        };
+        let s = build_status(&p, &Ok(all_held.clone()), &t(10));
+        assert_eq!(cond(&s, READY).reason, "ChangedInGit");
+        assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).status, "True");
+        assert_eq!(
+            cond(&s, imagewatch_crd::conditions::HELD).reason,
+            "ChangedInGit"
+        );
+        let message = &cond(&s, imagewatch_crd::conditions::HELD).message;
+        assert!(
+            message.starts_with(
+                "my-api: commit badc0de00000 by Jane <jane@example.com> set v1 over v2"
+            ),
+            "{message}"
+        );
+        assert_eq!(cond(&s, GATES_PASSING).reason, "NothingToPromote");
+        assert_eq!(s.held, vec![held.clone()]);
+        assert!(s.last_promotions.is_empty());
+        let event = held_event(&p, &s).expect("a hold that starts is an Event");
+        assert_eq!(
+            (event.type_, event.reason.as_str(), event.action.as_str()),
+            (EventType::Warning, "ChangedInGit", "Hold")
+        );
+        p.status = Some(s);
+        let again = build_status(&p, &Ok(all_held), &t(20));
+        assert_eq!(
+            Some(&again),
+            p.status.as_ref(),
+            "no status write while held"
+        );
+        assert!(held_event(&p, &again).is_none(), "once per hold");
+
+        // The source offers another tag: promoted, and no longer held.
+        let committed = Outcome {
+            mode: PromotionMode::Commit,
+            ..outcome(
+                Delivery::Committed {
+                    commit: "feed".into(),
+                },
+                Some(GateReport::default()),
+                "v1",
+            )
+        };
+        let s = build_status(&p, &Ok(committed), &t(30));
+        assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).reason, "NotHeld");
+        assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).status, "False");
+        assert!(s.held.is_empty());
+        assert_eq!(s.last_promotions[0].tags["my-api"], "v2");
+    }
+
+    #[test]
+    fn a_held_image_is_not_recorded_as_promoted() {
+        let p = policy(json!({"mode": "Commit"}));
+        let mut c = candidate("v1");
+        c.images.push(crate::promotion::CandidateImage {
+            name: "worker".into(),
+            repository: "r/acct222/worker".into(),
+            tag: "v2".into(),
+            digest: None,
+            origin: crate::promotion::Origin::Source,
+            source: None,
+            current: vec!["r/acct222/worker:v1".into()],
+        });
+        let c = c.with_holds(vec![imagewatch_crd::HeldImage {
+            name: "my-api".into(),
+            commit: "badc0de000000000".into(),
+            author: "Jane <jane@example.com>".into(),
+            value: "v1".into(),
+            replaced: "v2".into(),
+        }]);
+        let o = Outcome {
+            mode: PromotionMode::Commit,
+            candidate: c,
+            ..outcome(
+                Delivery::Committed {
+                    commit: "feed".into(),
+                },
+                Some(GateReport::default()),
+                "v1",
+            )
+        };
+        let s = build_status(&p, &Ok(o), &t(10));
+        assert_eq!(cond(&s, READY).reason, "Committed");
+        assert!(cond(&s, READY).message.contains("worker v1 -> v2"));
+        assert!(!cond(&s, READY).message.contains("my-api v1"));
+        assert!(cond(&s, READY).message.contains("held: my-api"));
+        assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).status, "True");
+        assert_eq!(
+            s.last_promotions[0].tags.keys().collect::<Vec<_>>(),
+            ["worker"]
+        );
     }
 
     #[test]
