@@ -2,8 +2,9 @@
 # `just bench`: benchmarks on the test ground, printed as markdown tables.
 #
 # Builds the release operator, starts the test ground, and runs the benchmark driver
-# (e2e/benches/bench/) against it: imagewatch beside Argo CD Image Updater when
-# IMAGEWATCH_BENCH_IU names its binary (built by peer-build.sh; skipped otherwise), push →
+# (e2e/benches/bench/) against it: imagewatch beside Argo CD Image Updater v1.3.0 (built from
+# its source archive by peer-build.sh, cached; IMAGEWATCH_BENCH_IU names another binary), both
+# deployed by the ground's Argo CD onto its node, push →
 # commit latency for 1, 27 and 1,000 pushes, the API server's CPU per ImageWatch status write
 # (the floor under a first sync), then 50,000 ImageWatches over 5,000 repositories for one
 # 5-minute cycle and an operator restart over them. Sizes and scenarios: see the variables in

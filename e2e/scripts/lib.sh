@@ -160,3 +160,38 @@ http_status() {
   shift
   curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$@" "$url" || true
 }
+
+# go_bin: the Go toolchain's binary (PATH, else /usr/local/go).
+go_bin() {
+  local go
+  go=$(command -v go || true)
+  [[ -z $go && -x /usr/local/go/bin/go ]] && go=/usr/local/go/bin/go
+  [[ -n $go ]] || die "Go not found; install Go >= 1.26 (see e2e/scripts/deps.sh)"
+  echo "$go"
+}
+
+# vendor_archive NAME OVERRIDE: a source archive's path (OVERRIDE, or NAME in the shared/vendor
+# folder beside the repository).
+vendor_archive() {
+  local name=$1 a=${2:-} d
+  if [[ -z $a ]]; then
+    for d in "$REPO/../shared/vendor" "$REPO/shared/vendor"; do
+      [[ -f $d/$name ]] && { a=$d/$name; break; }
+    done
+  fi
+  [[ -n $a && -f $a ]] || die "the source archive $name was not found \
+(looked in ../shared/vendor beside the repository)"
+  realpath "$a"
+}
+
+# verify_archive FILE NAME: the archive's SHA-256 must be the one its SHA256SUMS lists for NAME.
+verify_archive() {
+  local a=$1 name=$2 sums want got
+  sums=$(dirname "$a")/SHA256SUMS
+  [[ -f $sums ]] || die "$sums is missing: $a cannot be checked"
+  want=$(awk -v f="$name" '$2 == f || $2 == "*"f {print $1}' "$sums")
+  [[ -n $want ]] || die "$sums does not list $name"
+  got=$(sha256sum "$a" | cut -d' ' -f1)
+  [[ $got == "$want" ]] || die "$a: SHA-256 $got, SHA256SUMS says $want"
+  echo "$got"
+}

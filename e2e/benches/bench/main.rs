@@ -3,8 +3,9 @@
 //! on.
 //!
 //! Scenarios (see their modules):
-//! - `peer`: imagewatch beside Argo CD Image Updater in the same run (1 push ×5, 27 pushes,
-//!   100 apps), when `IMAGEWATCH_BENCH_IU` names the peer's binary; skipped otherwise;
+//! - `peer`: imagewatch beside Argo CD Image Updater v1.3.0 in the same run, both deployed by
+//!   the ground's Argo CD onto its node (1 push ×5, 6 pushes at once): push → commit and
+//!   push → running; the peer is built from its source archive by `e2e/scripts/peer-build.sh`;
 //! - `pushes`: push → commit latency and throughput for N simultaneous pushes;
 //! - `apiserver`: the API server's and etcd's CPU per ImageWatch status write, with no
 //!   operator running: the floor under the first sync of `watches`;
@@ -16,11 +17,11 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `IMAGEWATCH_BENCH` | `peer,pushes,apiserver,watches,seed000` | scenarios to run |
-//! | `IMAGEWATCH_BENCH_IU` | — | `argocd-image-updater` v1.3.0 binary for `peer` |
-//! | `IMAGEWATCH_BENCH_IU_SRC` | the binary's directory | its source checkout (`config/crd/bases/`) |
-//! | `IMAGEWATCH_BENCH_ARGOCD_SRC` | `$IMAGEWATCH_BENCH_IU_SRC/../argo-cd` | an argo-cd checkout (`manifests/crds/application-crd.yaml`) |
+//! | `IMAGEWATCH_BENCH_IU` | built by `peer-build.sh` | an `argocd-image-updater` v1.3.0 binary for `peer` instead |
+//! | `IMAGEWATCH_BENCH_IU_SRC` | the binary's directory | with `IMAGEWATCH_BENCH_IU`: its source (`config/crd/bases/`) |
 //! | `IMAGEWATCH_BENCH_IU_INTERVAL` | `10s` | the peer's `--interval` |
-//! | `IMAGEWATCH_BENCH_PEER` | `1x5,27,100` | peer scenarios: `N` apps, `NxR` for R rounds |
+//! | `IMAGEWATCH_BENCH_IU_GIT_WEBHOOK` | `1` | `0`: nothing refreshes the peer's Applications (Argo CD finds its commits at its reconciliation) |
+//! | `IMAGEWATCH_BENCH_PEER` | `1x5,6` | peer scenarios: `N` apps per tool, `NxR` for R rounds (both tools' Pods must fit on the node) |
 //! | `IMAGEWATCH_BENCH_SEED000` | `27` | pushes (repositories, pull requests) of `seed000` |
 //! | `IMAGEWATCH_BENCH_PUSHES` | `1,27,1000` | push scenario sizes; `N@R` runs the operator with `ratePerSecond: R` (and `burst: R`) for every registry instead of its default (100/s, burst 200) |
 //! | `IMAGEWATCH_BENCH_PUSH_CONCURRENCY` | `32` | manifest `PUT`s in flight |
@@ -39,7 +40,7 @@ mod watches;
 
 use std::time::Duration;
 
-use imagewatch_e2e::bench::{Check, Machine, mib, render_table, thousands};
+use imagewatch_e2e::bench::{Check, Latencies, Machine, mib, render_table, thousands};
 
 use crate::{
     common::env_usize,
@@ -470,32 +471,44 @@ fn watch_checks(
     checks
 }
 
-/// The side-by-side scenarios, or why they were skipped.
+/// The side-by-side scenarios. The peer is built from its source archive
+/// (`e2e/scripts/peer-build.sh`, cached) unless `IMAGEWATCH_BENCH_IU` names a binary.
 async fn run_peer() -> anyhow::Result<String> {
-    let Some(binary) = std::env::var_os("IMAGEWATCH_BENCH_IU").map(std::path::PathBuf::from) else {
-        let message = "Side by side with Argo CD Image Updater: skipped (set IMAGEWATCH_BENCH_IU \
-                       to an argocd-image-updater v1.3.0 binary; see the README, Benchmarks).\n";
-        eprint!("bench: {message}");
-        return Ok(message.to_string());
+    let (binary, source) = match std::env::var_os("IMAGEWATCH_BENCH_IU") {
+        Some(binary) => {
+            let binary = std::path::PathBuf::from(binary);
+            let source = std::env::var_os("IMAGEWATCH_BENCH_IU_SRC")
+                .map(std::path::PathBuf::from)
+                .or_else(|| binary.parent().map(std::path::Path::to_path_buf))
+                .unwrap_or_default();
+            (binary, source)
+        }
+        None => build_peer()?,
     };
-    let source = std::env::var_os("IMAGEWATCH_BENCH_IU_SRC")
-        .map(std::path::PathBuf::from)
-        .or_else(|| binary.parent().map(std::path::Path::to_path_buf))
-        .unwrap_or_default();
-    let argocd_source = std::env::var_os("IMAGEWATCH_BENCH_ARGOCD_SRC")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| source.join("../argo-cd"));
+    let git_webhook = std::env::var("IMAGEWATCH_BENCH_IU_GIT_WEBHOOK").map_or(true, |v| v != "0");
     let peer = peer::Peer {
         version: peer_version(&binary),
         binary,
         source,
-        argocd_source,
         interval: std::env::var("IMAGEWATCH_BENCH_IU_INTERVAL").unwrap_or_else(|_| "10s".into()),
+        git_webhook,
     };
     let plans = parse_peer_plans(
-        &std::env::var("IMAGEWATCH_BENCH_PEER").unwrap_or_else(|_| "1x5,27,100".into()),
+        &std::env::var("IMAGEWATCH_BENCH_PEER").unwrap_or_else(|_| "1x5,6".into()),
     )
     .map_err(|e| anyhow::anyhow!("IMAGEWATCH_BENCH_PEER: {e}"))?;
+    let ground = imagewatch_e2e::Ground::get()?;
+    let setting = format!(
+        "Argo CD v3.5.1 on the ground: {}, repo-server revision cache 3 min; {}.\n\n",
+        peer::argocd_reconciliation(ground),
+        if peer.git_webhook {
+            "the peer's Applications are refreshed when its repository's main moves (what \
+             argocd-server's Git webhook does), imagewatch refreshes its own"
+        } else {
+            "the peer as shipped (nothing refreshes its Applications), imagewatch refreshes its \
+             own"
+        }
+    );
     let mut rows = Vec::new();
     for plan in plans {
         eprintln!(
@@ -518,9 +531,34 @@ async fn run_peer() -> anyhow::Result<String> {
                 ]
             }),
         }
-        eprint!("{}", render_peer_table(&peer, &rows));
+        eprint!("{setting}{}", render_peer_table(&peer, &rows));
     }
-    Ok(render_peer_table(&peer, &rows))
+    Ok(format!("{setting}{}", render_peer_table(&peer, &rows)))
+}
+
+/// `e2e/scripts/peer-build.sh`: the peer's binary and source directory (its export lines).
+fn build_peer() -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let script = imagewatch_e2e::ground::repo_root().join("e2e/scripts/peer-build.sh");
+    eprintln!("bench: building Argo CD Image Updater (cached) …");
+    let out = std::process::Command::new(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| anyhow::anyhow!("running {}: {e}", script.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} failed (see its output above)",
+        script.display()
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let var = |key: &str| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .ok_or_else(|| anyhow::anyhow!("peer-build.sh printed no {key}"))
+    };
+    Ok((var("IMAGEWATCH_BENCH_IU")?, var("IMAGEWATCH_BENCH_IU_SRC")?))
 }
 
 /// `argocd-image-updater version --short`, or the binary's name.
@@ -537,7 +575,7 @@ fn peer_version(binary: &std::path::Path) -> String {
         )
 }
 
-/// `1x5,27,100`: N apps, `NxR` for R rounds of one push per app.
+/// `1x5,6`: N apps, `NxR` for R rounds of one push per app.
 fn parse_peer_plans(text: &str) -> Result<Vec<peer::PeerPlan>, String> {
     text.split(',')
         .map(str::trim)
@@ -576,42 +614,72 @@ fn plan_name(plan: peer::PeerPlan) -> String {
 /// `scenario | metric | imagewatch | peer | peer ÷ imagewatch` rows of one scenario.
 fn peer_rows(r: &peer::PeerResult) -> Vec<[String; 5]> {
     let name = plan_name(r.plan);
-    let tools = [&r.imagewatch, &r.peer];
-    // The headline: p50 for single pushes, all committed after for a burst.
-    let headline = |t: &peer::ToolResult| -> Option<f64> {
-        if t.missing > 0 {
+    let pushes = r.plan.apps * r.plan.rounds;
+    // The headlines: p50 for single pushes, the slowest round's last one for a burst.
+    let headline = |missing: usize, lat: Option<Latencies>, rounds: &[Duration]| -> Option<f64> {
+        if missing > 0 {
             return None;
         }
         if r.plan.apps == 1 {
-            t.latencies.map(|l| l.p50)
+            lat.map(|l| l.p50)
         } else {
-            t.all_in.iter().map(Duration::as_secs_f64).reduce(f64::max)
+            rounds.iter().map(Duration::as_secs_f64).reduce(f64::max)
         }
     };
-    let [iw, iu] = tools.map(headline);
-    let shown = |t: &peer::ToolResult, v: Option<f64>| match v {
+    let shown = |missing: usize, v: Option<f64>, what: &str, deadline: Duration| match v {
         Some(v) => format!("{v:.2} s"),
         None => format!(
-            "{} of {} not committed in {} s",
-            t.missing,
-            r.plan.apps * r.plan.rounds,
-            peer_deadline_secs()
+            "{missing} of {pushes} not {what} in {} s",
+            deadline.as_secs()
         ),
     };
-    let ratio = match (iw, iu) {
+    let ratio = |a: Option<f64>, b: Option<f64>, deadline: Duration| match (a, b) {
         (Some(a), Some(b)) if a > 0.0 => format!("{:.1}×", b / a),
-        (Some(a), None) if a > 0.0 => format!("> {:.0}×", peer_deadline_secs() as f64 / a),
+        (Some(a), None) if a > 0.0 => format!("> {:.0}×", deadline.as_secs_f64() / a),
         _ => "—".into(),
     };
-    let headline_metric = if r.plan.apps == 1 {
-        "push → commit p50"
-    } else {
-        "all committed after"
-    };
-    let latencies = |t: &peer::ToolResult| match t.latencies {
-        Some(l) => format!("{:.2} / {:.2} s", l.p50, l.max),
-        None => "none committed".into(),
-    };
+    let single = r.plan.apps == 1;
+    let mut rows = Vec::new();
+    for (metric_one, metric_all, what, deadline, get) in [
+        (
+            "push → commit p50",
+            "all committed after",
+            "committed",
+            peer::DEADLINE,
+            (|t: &peer::ToolResult| (t.missing, t.latencies, t.all_in.clone()))
+                as fn(&peer::ToolResult) -> (usize, Option<Latencies>, Vec<Duration>),
+        ),
+        (
+            "push → running p50",
+            "all running after",
+            "running",
+            peer::RUN_DEADLINE,
+            |t: &peer::ToolResult| (t.not_running, t.running, t.all_running.clone()),
+        ),
+    ] {
+        let (iw_missing, iw_lat, iw_rounds) = get(&r.imagewatch);
+        let (iu_missing, iu_lat, iu_rounds) = get(&r.peer);
+        let iw = headline(iw_missing, iw_lat, &iw_rounds);
+        let iu = headline(iu_missing, iu_lat, &iu_rounds);
+        rows.push([
+            name.clone(),
+            if single { metric_one } else { metric_all }.into(),
+            shown(iw_missing, iw, what, deadline),
+            shown(iu_missing, iu, what, deadline),
+            ratio(iw, iu, deadline),
+        ]);
+        let latencies = |l: Option<Latencies>| match l {
+            Some(l) => format!("{:.2} / {:.2} s", l.p50, l.max),
+            None => format!("none {what}"),
+        };
+        rows.push([
+            name.clone(),
+            format!("{} p50 / max", metric_one.trim_end_matches(" p50")),
+            latencies(iw_lat),
+            latencies(iu_lat),
+            String::new(),
+        ]);
+    }
     let requests = |t: &peer::ToolResult| {
         let q = &t.requests;
         format!(
@@ -622,22 +690,6 @@ fn peer_rows(r: &peer::PeerResult) -> Vec<[String; 5]> {
             thousands(q.other + q.unauthorized)
         )
     };
-    let mut rows = vec![[
-        name.clone(),
-        headline_metric.into(),
-        shown(&r.imagewatch, iw),
-        shown(&r.peer, iu),
-        ratio,
-    ]];
-    if r.plan.apps > 1 || r.plan.rounds > 1 {
-        rows.push([
-            name.clone(),
-            "push → commit p50 / max".into(),
-            latencies(&r.imagewatch),
-            latencies(&r.peer),
-            String::new(),
-        ]);
-    }
     rows.push([
         name.clone(),
         "registry requests".into(),
@@ -646,17 +698,22 @@ fn peer_rows(r: &peer::PeerResult) -> Vec<[String; 5]> {
         String::new(),
     ]);
     rows.push([
-        name,
+        name.clone(),
         "commits".into(),
         r.imagewatch.commits.to_string(),
         r.peer.commits.to_string(),
         String::new(),
     ]);
+    if r.webhook_refreshes > 0 {
+        rows.push([
+            name,
+            "refreshes asked by the Git-webhook stand-in".into(),
+            "—".into(),
+            r.webhook_refreshes.to_string(),
+            String::new(),
+        ]);
+    }
     rows
-}
-
-fn peer_deadline_secs() -> u64 {
-    peer::DEADLINE.as_secs()
 }
 
 fn render_peer_table(peer: &peer::Peer, rows: &[[String; 5]]) -> String {
