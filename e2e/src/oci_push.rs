@@ -10,6 +10,8 @@ use sha2::{Digest as _, Sha256};
 
 /// OCI image manifest media type.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// OCI image index media type (a multi-platform image).
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 const OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 
@@ -48,6 +50,8 @@ impl Descriptor {
 pub struct BaseImage {
     /// Repository holding the blobs (mount source).
     pub repository: String,
+    /// `os`, `architecture` of the image config.
+    pub platform: (String, String),
     /// Image config.
     pub config: Descriptor,
     /// Its only layer.
@@ -59,11 +63,17 @@ pub struct BaseImage {
 impl BaseImage {
     /// A minimal linux/amd64 image whose layer is an empty tar archive, stored in `repository`.
     pub fn new(repository: &str) -> Self {
+        Self::for_platform(repository, "linux", "amd64")
+    }
+
+    /// A minimal image of `os`/`architecture` whose layer is an empty tar archive, stored in
+    /// `repository`.
+    pub fn for_platform(repository: &str, os: &str, architecture: &str) -> Self {
         // An empty tar archive: two 512-byte zero blocks.
         let layer_bytes = vec![0u8; 1024];
         let config_bytes = serde_json::to_vec(&serde_json::json!({
-            "architecture": "amd64",
-            "os": "linux",
+            "architecture": architecture,
+            "os": os,
             "created": "2024-01-01T00:00:00Z",
             "config": {},
             "rootfs": {"type": "layers", "diff_ids": [sha256_digest(&layer_bytes)]},
@@ -71,6 +81,7 @@ impl BaseImage {
         .expect("static JSON serialises");
         Self {
             repository: repository.to_string(),
+            platform: (os.to_string(), architecture.to_string()),
             config: Descriptor::of(OCI_CONFIG, &config_bytes),
             layer: Descriptor::of(OCI_LAYER, &layer_bytes),
             config_bytes,
@@ -216,21 +227,69 @@ impl ImagePusher {
     ) -> anyhow::Result<String> {
         let manifest = base.manifest(repository, tag);
         let digest = sha256_digest(&manifest);
+        self.put_manifest(repository, tag, OCI_MANIFEST, manifest)
+            .await?;
+        Ok(digest)
+    }
+
+    /// Pushes `repository:tag` as an OCI image index holding one image per entry of `images`
+    /// (their blobs must be in `repository`), as a multi-platform build does: each image's
+    /// manifest by digest, then the index by tag. Returns the index digest.
+    pub async fn push_index(
+        &self,
+        images: &[&BaseImage],
+        repository: &str,
+        tag: &str,
+    ) -> anyhow::Result<String> {
+        let mut manifests = Vec::new();
+        for image in images {
+            let manifest = image.manifest(repository, tag);
+            let digest = sha256_digest(&manifest);
+            self.put_manifest(repository, &digest, OCI_MANIFEST, manifest.clone())
+                .await?;
+            let (os, architecture) = &image.platform;
+            manifests.push(serde_json::json!({
+                "mediaType": OCI_MANIFEST,
+                "digest": digest,
+                "size": manifest.len(),
+                "platform": {"os": os, "architecture": architecture},
+            }));
+        }
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": manifests,
+        }))?;
+        let digest = sha256_digest(&index);
+        self.put_manifest(repository, tag, OCI_INDEX, index).await?;
+        Ok(digest)
+    }
+
+    async fn put_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+        media_type: &str,
+        body: Vec<u8>,
+    ) -> anyhow::Result<()> {
         let response = self
             .http
-            .put(format!("{}/v2/{repository}/manifests/{tag}", self.base_url))
+            .put(format!(
+                "{}/v2/{repository}/manifests/{reference}",
+                self.base_url
+            ))
             .header(header::AUTHORIZATION, (self.authorize)(&[repository]))
-            .header(header::CONTENT_TYPE, OCI_MANIFEST)
-            .body(manifest)
+            .header(header::CONTENT_TYPE, media_type)
+            .body(body)
             .send()
             .await?;
         ensure!(
             response.status() == StatusCode::CREATED,
-            "pushing {repository}:{tag}: {} {}",
+            "pushing {repository}:{reference}: {} {}",
             response.status(),
             response.text().await.unwrap_or_default()
         );
-        Ok(digest)
+        Ok(())
     }
 }
 
