@@ -28,7 +28,8 @@ impl LabelTracking {
     fn set(ground: &'static Ground, argocd: &ArgoCd) -> anyhow::Result<Self> {
         let ns = argocd.namespace.clone();
         let path = format!("jsonpath={{.data.{}}}", TRACKING_KEY.replace('.', "\\."));
-        let previous = ground.kubectl(&["get", "configmap", "argocd-cm", "-n", &ns, "-o", &path])?;
+        let previous =
+            ground.kubectl(&["get", "configmap", "argocd-cm", "-n", &ns, "-o", &path])?;
         let patch = serde_json::json!({"data": {TRACKING_KEY: "label"}}).to_string();
         ground.kubectl(&[
             "patch",
@@ -120,9 +121,8 @@ spec:
     kustomize: {{path: overlays/stg, image: my-api}}
 "#
     );
-    let overlay = format!(
-        "resources: []\nimages:\n- name: my-api\n  newName: {image}\n  newTag: v1.0.0\n"
-    );
+    let overlay =
+        format!("resources: []\nimages:\n- name: my-api\n  newName: {image}\n  newTag: v1.0.0\n");
     let repo = format!("label-{}", s.ns.name);
     let url = git.new_repo(
         &repo,

@@ -49,14 +49,16 @@ async fn only_tags_with_every_wanted_platform_are_written() -> anyhow::Result<()
     let git_url = git.new_repo(&repo_name, seed.path())?;
 
     // Both platforms → written.
-    pusher.push_index(&[&amd64, &arm64], &repo, "v1.0.0").await?;
+    pusher
+        .push_index(&[&amd64, &arm64], &repo, "v1.0.0")
+        .await?;
     s.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
 metadata: {{name: app, namespace: {ns}}}
 spec:
   image: {image}
-  interval: 5s
+  interval: 10s
   tags: {{platforms: [linux/amd64, linux/arm64]}}
   credentials: {{secretRef: {{name: regcred}}}}
   git: {{url: "{git_url}", secretRef: {{name: git-creds}}}}
@@ -84,18 +86,24 @@ spec:
     );
     assert_eq!(git.commit_count(&repo_name, "main")?, commits);
     assert!(git.show(&repo_name, "main", file)?.contains(":v1.0.0"));
-    let metrics = s.operator.metrics().await?;
-    assert!(
-        metrics
+    // The watch metrics summarize the cache after each change: counted there shortly.
+    wait_until("the watch counted as PlatformMissing", TIMEOUT, || async {
+        let metrics = s.operator.metrics().await?;
+        Ok(metrics
             .lines()
-            .any(|l| l.starts_with("imagewatch_watch_conditions")
-                && l.contains("reason=\"PlatformMissing\"")
-                && !l.ends_with(" 0")),
-        "no watch counted as PlatformMissing:\n{metrics}"
-    );
+            .any(|l| {
+                l.starts_with("imagewatch_watch_conditions")
+                    && l.contains("reason=\"PlatformMissing\"")
+                    && !l.ends_with(" 0")
+            })
+            .then_some(()))
+    })
+    .await?;
 
     // The next two-platform build → written; nothing refused any more.
-    pusher.push_index(&[&amd64, &arm64], &repo, "v1.2.0").await?;
+    pusher
+        .push_index(&[&amd64, &arm64], &repo, "v1.2.0")
+        .await?;
     s.wait_applied("app", "v1.2.0").await?;
     let w = wait_until("refusal cleared", TIMEOUT, || async {
         let w = s.watches.get("app").await?;
