@@ -185,3 +185,44 @@ pub struct RefusedTag {
     /// Why.
     pub message: String,
 }
+
+/// A time window of `spec.windows`: it starts at each time `schedule` names, in `timeZone`,
+/// and lasts `duration`. With any `Allow` window, changes are written only while one is
+/// open; nothing is written while a `Deny` window is open. Outside, the chosen change waits
+/// (`Ready=False`, reason `OutsideWindow`, naming when the next window opens) and is written
+/// at the opening.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Window {
+    /// `Allow` (the default) or `Deny`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<WindowKind>,
+    /// When the window starts: a cron expression of 5 fields (minute hour day-of-month month
+    /// day-of-week, e.g. `0 9 * * 1-5`; day-of-week 0 or 7 is Sunday), or 6 with seconds
+    /// first.
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("self.matches('^\\\\s*\\\\S+(\\\\s+\\\\S+){4,5}\\\\s*$')").message("schedule must be a cron expression of 5 fields (minute hour day-of-month month day-of-week) or 6 (seconds first)")))]
+    #[schemars(length(min = 1, max = 128))]
+    pub schedule: String,
+    /// How long it stays open from each start, e.g. `8h`, `30m`.
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("duration(self) > duration('0s') && duration(self) <= duration('8784h')").message("duration must be a duration such as 8h, more than 0s and at most a year (8784h)")))]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
+    pub duration: String,
+    /// IANA time zone the schedule is read in, e.g. `Europe/Berlin` (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+}
+
+/// Whether a window lets changes through or keeps them out.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum WindowKind {
+    /// Changes are written only while an Allow window is open.
+    #[default]
+    Allow,
+    /// Nothing is written while a Deny window is open.
+    Deny,
+}

@@ -77,6 +77,14 @@ pub mod reason {
     /// image's config) lacks a wanted platform. The message names the tag and the missing
     /// platforms; the watch stays on (or moves to) the newest tag that provides them all.
     pub const PLATFORM_MISSING: &str = "PlatformMissing";
+    /// `spec.windows`: a change is due but no Allow window is open, or a Deny window is;
+    /// nothing is written (no commit, no pull request opened or updated). The message names
+    /// the change waiting and when the next window opens; it is written then.
+    pub const OUTSIDE_WINDOW: &str = "OutsideWindow";
+    /// An admin freeze (the operator's freeze ConfigMap, for the cluster or the object's
+    /// namespace): nothing is written until it is lifted. The message gives the freeze's
+    /// reason and the change waiting.
+    pub const FROZEN: &str = "Frozen";
 
     /// `Held` (and `Ready`): the target's value in Git was last changed by a commit imagewatch
     /// did not make, and differs from what imagewatch last wrote; nothing is written over it

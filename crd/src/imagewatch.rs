@@ -129,6 +129,13 @@ pub struct ImageWatchSpec {
     /// anyway. A hold is reported as `Held=True` with reason `ChangedInGit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_git_change: Option<OnGitChange>,
+    /// When changes may be written: `Allow` windows (only inside one) and `Deny` windows
+    /// (never inside one), each a cron schedule with a duration and a time zone. An admin
+    /// freeze (the operator's freeze ConfigMap) stops every object of a namespace or of the
+    /// cluster the same way (reason `Frozen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub windows: Option<Vec<crate::common::Window>>,
 
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.

@@ -107,6 +107,13 @@ pub struct PromotionPolicySpec {
     /// `status.held` and as `Held=True` with reason `ChangedInGit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_git_change: Option<OnGitChange>,
+    /// When changes may be written: `Allow` windows (only inside one) and `Deny` windows
+    /// (never inside one), each a cron schedule with a duration and a time zone. An admin
+    /// freeze (the operator's freeze ConfigMap) stops every object of a namespace or of the
+    /// cluster the same way (reason `Frozen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub windows: Option<Vec<crate::common::Window>>,
     /// How often gates are evaluated again when nothing else changes (a soak ending, an
     /// Application becoming healthy), e.g. `1m`. Between 10s and 24h. Defaults to 1m.
     /// Changes of the source ImageWatches are acted on at once.
@@ -225,6 +232,13 @@ pub struct Gates {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
     pub soak: Option<String>,
+    /// What `soak` counts from. `Running` (the default): the candidate is what the source runs
+    /// now, once it has run there that long. `FirstApplied`: the candidate is the newest state
+    /// of `from.path` first applied at least `soak` ago, read from the source branch's Git
+    /// history (so it survives restarts), whether or not the source still runs it; a source
+    /// that gets a new build more often than the soak still promotes. Needs `from.path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_since: Option<SoakSince>,
     /// An Argo CD Application that must be Synced and Healthy at a revision holding the candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application: Option<ApplicationRef>,
@@ -239,6 +253,16 @@ pub struct Gates {
     /// `SignatureMissing` / `SignatureInvalid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<Verify>,
+}
+
+/// What `gates.soak` counts from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum SoakSince {
+    /// Since the source applied what it runs now.
+    #[default]
+    Running,
+    /// Since the source first applied the state proposed (the newest one old enough).
+    FirstApplied,
 }
 
 /// An Argo CD Application.

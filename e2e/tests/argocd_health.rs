@@ -168,6 +168,8 @@ const IMAGEWATCH_CASES: &[(&str, &str, &str)] = &[
     ),
     ("updated", "Healthy", "canary-v1.2.3 -> canary-v1.2.4"),
     ("suspended", "Suspended", "nothing is written"),
+    ("outside-window", "Suspended", "the next window opens at"),
+    ("frozen", "Suspended", "cluster freeze: release 4.2"),
     (
         "waiting-for-group",
         "Progressing",
@@ -212,6 +214,7 @@ const PROMOTIONPOLICY_CASES: &[(&str, &str, &str)] = &[
         "already holds my-api:v1.4.0",
     ),
     ("suspended-reason", "Suspended", "would be proposed"),
+    ("outside-window", "Suspended", "waits to be proposed"),
     ("degraded", "Degraded", "401 Bad credentials"),
     ("no-ready", "Progressing", "Ready condition"),
 ];
@@ -248,6 +251,8 @@ fn every_operator_reason_has_a_health() -> anyhow::Result<()> {
         (reason::UP_TO_DATE, "True", "Healthy"),
         (reason::UPDATED, "True", "Healthy"),
         (reason::SUSPENDED, "False", "Suspended"),
+        (reason::OUTSIDE_WINDOW, "False", "Suspended"),
+        (reason::FROZEN, "False", "Suspended"),
         (reason::WAITING_FOR_GROUP, "False", "Progressing"),
         (reason::PROGRESSING, "False", "Progressing"),
         (reason::NO_MATCHING_TAGS, "False", "Degraded"),

@@ -90,6 +90,36 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
             "tags.platforms: each entry must be os/arch or os/arch/variant",
         ),
         (
+            "window schedule of the wrong shape",
+            watch_yaml(
+                &ns.name,
+                "window-shape",
+                "  windows: [{schedule: \"@daily\", duration: 1h}]",
+                WORKLOAD,
+            ),
+            "schedule must be a cron expression of 5 fields",
+        ),
+        (
+            "window without a duration above zero",
+            watch_yaml(
+                &ns.name,
+                "window-duration",
+                "  windows: [{schedule: \"0 9 * * 1-5\", duration: 0s}]",
+                WORKLOAD,
+            ),
+            "duration must be a duration such as 8h",
+        ),
+        (
+            "unknown window kind",
+            watch_yaml(
+                &ns.name,
+                "window-kind",
+                "  windows: [{kind: Sometimes, schedule: \"0 9 * * *\", duration: 1h}]",
+                WORKLOAD,
+            ),
+            "spec.windows[0].kind",
+        ),
+        (
             "unknown order",
             watch_yaml(&ns.name, "order", "  tags: {order: Random}", WORKLOAD),
             "spec.tags.order",

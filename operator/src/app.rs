@@ -288,6 +288,27 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    if let Some(name) = config.controllers.freeze_configmap.clone() {
+        // A freeze set or lifted applies to every watch and policy at once: the change that
+        // waited is written when the freeze lifts, not at the next poll.
+        let (store, wake, ctx_freeze) = (controller.store(), reconcile_tx.clone(), ctx.clone());
+        tokio::spawn(crate::cluster::freeze::follow(
+            client.clone(),
+            config.kube.pod_namespace.clone(),
+            name,
+            ctx.freezes.clone(),
+            move || {
+                ctx_freeze
+                    .metrics
+                    .freezes
+                    .set(ctx_freeze.freezes.count() as i64);
+                for watch in store.state() {
+                    let _ = wake.try_send(ObjectRef::from_obj(watch.as_ref()));
+                }
+                ctx_freeze.freeze_changes.send_modify(|n| *n += 1);
+            },
+        ));
+    }
     // Commits followed to the Argo CD Applications deploying them; a deployment that ends
     // wakes its watch, whose status step writes `Deployed`.
     tokio::spawn(crate::cluster::deploy::run(

@@ -114,6 +114,11 @@ pub struct RunArgs {
     /// it changes. Unset: everything is allowed. Set but missing or invalid: nothing is.
     #[arg(long, env = "IMAGEWATCH_ALLOW_LIST_CONFIGMAP")]
     pub allow_list_configmap: Option<String>,
+    /// ConfigMap (in the operator's namespace) whose keys freeze writing: `cluster` for every
+    /// object, `namespace.<name>` for one namespace; the value is the reason shown in status.
+    /// Followed as it changes; unset: no freeze can be set.
+    #[arg(long, env = "IMAGEWATCH_FREEZE_CONFIGMAP")]
+    pub freeze_configmap: Option<String>,
     /// Log format.
     #[arg(long, env = "IMAGEWATCH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -273,6 +278,7 @@ impl RunArgs {
             controllers: ControllersConfig {
                 max_concurrent_reconciles: self.max_concurrent_reconciles,
                 allow_list_configmap: self.allow_list_configmap,
+                freeze_configmap: self.freeze_configmap,
                 argocd_namespace: self.argocd_namespace,
                 argocd_refresh: self.argocd_refresh,
                 argocd_deploy_timeout: self.argocd_deploy_timeout,

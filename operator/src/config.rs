@@ -54,6 +54,8 @@ pub struct ControllersConfig {
     /// ConfigMap (in the operator's namespace) holding the allow-list; None: everything is
     /// allowed.
     pub allow_list_configmap: Option<String>,
+    /// ConfigMap (in the operator's namespace) whose keys freeze writing; None: no freezes.
+    pub freeze_configmap: Option<String>,
     /// Namespace of Argo CD's Applications (watches without `spec.git`).
     pub argocd_namespace: String,
     /// Refresh and follow the Applications deploying a commit (`Deployed`).

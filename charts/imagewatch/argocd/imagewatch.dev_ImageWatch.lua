@@ -1,7 +1,8 @@
 -- Argo CD health check for imagewatch.dev/ImageWatch (resource.customizations.health).
 -- Reads the Ready condition the operator writes; Lua 5.1 (Argo CD's gopher-lua).
 --   Ready=True                                   -> Healthy
---   Ready=False, reason Suspended                -> Suspended
+--   Ready=False, reason Suspended, OutsideWindow
+--   or Frozen (a change waits for a window)      -> Suspended
 --   no status yet, status older than the spec,
 --   Ready missing/Unknown, reason WaitingForGroup
 --   or Progressing                               -> Progressing
@@ -65,7 +66,7 @@ if ready.status == "True" then
   return hs
 end
 
-if ready.reason == "Suspended" then
+if ready.reason == "Suspended" or ready.reason == "OutsideWindow" or ready.reason == "Frozen" then
   hs.status = "Suspended"
 elseif ready.reason == "WaitingForGroup" or ready.reason == "Progressing" then
   hs.status = "Progressing"

@@ -1,6 +1,7 @@
 -- Argo CD health check for imagewatch.dev/PromotionPolicy (resource.customizations.health).
 -- Lua 5.1 (Argo CD's gopher-lua).
---   spec.suspend, or Ready=False reason Suspended -> Suspended
+--   spec.suspend, or Ready=False reason Suspended,
+--   OutsideWindow or Frozen                       -> Suspended
 --   no status yet, status older than the spec     -> Progressing
 --   GatesPassing=False (a candidate waits for a
 --   gate; Ready stays True meanwhile)             -> Progressing (the gate's message)
@@ -83,7 +84,7 @@ if generation ~= nil and (observed == nil or observed < generation) then
 end
 
 local ready = condition(status, "Ready")
-if ready ~= nil and ready.status == "False" and ready.reason == "Suspended" then
+if ready ~= nil and ready.status == "False" and (ready.reason == "Suspended" or ready.reason == "OutsideWindow" or ready.reason == "Frozen") then
   hs.status = "Suspended"
   hs.message = describe(ready)
   return hs

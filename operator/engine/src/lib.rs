@@ -25,3 +25,4 @@ pub mod refused;
 pub mod signature;
 pub mod status;
 pub mod values;
+pub mod windows;

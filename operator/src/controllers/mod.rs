@@ -80,6 +80,11 @@ pub struct Context {
     pub deploys: Arc<deploy::DeployTracker>,
     /// The admin's allow-list (`--allow-list-configmap`).
     pub allowance: Arc<allowance::Allowance>,
+    /// Admin freezes (`--freeze-configmap`).
+    pub freezes: Arc<crate::cluster::freeze::Freezes>,
+    /// Bumped when the freezes change (the PromotionPolicy controller looks at every policy
+    /// again then).
+    pub freeze_changes: tokio::sync::watch::Sender<u64>,
     /// Signature verdicts that verified, by image digest, keys and registry credentials.
     pub signatures: crate::signature::fetch::VerdictCache,
     /// (credentials, registry) whose watched repositories are announced to the registry
@@ -137,6 +142,8 @@ impl Context {
             argocd_sources: argocd::resolve_cache(),
             deploys: Arc::new(deploy::DeployTracker::disabled()),
             allowance: Arc::default(),
+            freezes: Arc::default(),
+            freeze_changes: tokio::sync::watch::Sender::new(0),
             signatures: Default::default(),
             announced: std::sync::Mutex::default(),
         }

@@ -387,6 +387,7 @@ impl WatchDraft {
                 group: None,
                 edit_shared_anchor: None,
                 on_git_change: None,
+                windows: None,
                 verify: None,
             },
         );

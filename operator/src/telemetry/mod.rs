@@ -403,6 +403,8 @@ pub struct Metrics {
     pub watch_not_ready_seconds_max: Gauge,
     /// Shards configured (0 when not sharded).
     pub shards: Gauge,
+    /// Admin freezes in force (keys of the freeze ConfigMap: the cluster, namespaces).
+    pub freezes: Gauge,
     /// Requests that waited for a registry's rate limit, by registry.
     pub registry_rate_limit_waits: Family<RateLimitLabels, Counter>,
     /// Seconds requests spent waiting for a registry's rate limit, by registry.
@@ -559,6 +561,12 @@ impl Metrics {
             "Shards configured (0 when not sharded)",
             shards.clone(),
         );
+        let freezes = Gauge::default();
+        registry.register(
+            "freezes",
+            "Admin freezes in force (keys of the freeze ConfigMap: cluster, namespace.<name>)",
+            freezes.clone(),
+        );
         let registry_rate_limit_waits = Family::<RateLimitLabels, Counter>::default();
         registry.register(
             "registry_rate_limit_waits",
@@ -706,6 +714,7 @@ impl Metrics {
             watch_conditions,
             watch_not_ready_seconds_max,
             shards,
+            freezes,
             registry_rate_limit_waits,
             registry_rate_limit_wait_seconds,
             promotions,

@@ -15,6 +15,9 @@
 //!    promoted image;
 //! 5. the **texts** ([`render`]): branch name, pull request title and body, commit message.
 //!
+//! Before 2, with `gates.soakSince: FirstApplied`, [`soak`] picks the source state to propose
+//! from the source's history (the newest one first applied at least the soak ago).
+//!
 //! Between 2 and 3, [`held`] tells which images of the candidate are not proposed again
 //! because someone else changed them in the target after the policy promoted them
 //! (`spec.onGitChange`).
@@ -25,6 +28,7 @@ pub mod gates;
 pub mod held;
 pub mod inventory;
 pub mod render;
+pub mod soak;
 
 use imagewatch_crd::{ImageWatchSpec, ImageWatchStatus};
 

@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::outcome::{Failure, MemberResult, PatternOutcome, WriteResult};
 use super::{self as conditions, applied_tag, short};
+use crate::windows::Pause;
 
 /// Members listed in `status.members` (sorted by repository); `memberCount` has the total.
 pub const MAX_LISTED_MEMBERS: usize = 200;
@@ -62,7 +63,7 @@ pub fn member_statuses<E: Failure>(
             member_status(
                 before.get(m.repository.as_str()).copied(),
                 m,
-                outcome.suspended,
+                outcome.paused.as_ref(),
             )
         })
         .collect();
@@ -73,7 +74,7 @@ pub fn member_statuses<E: Failure>(
 fn member_status<E: Failure>(
     previous: Option<&MemberStatus>,
     member: &MemberResult<E>,
-    suspended: bool,
+    paused: Option<&Pause>,
 ) -> MemberStatus {
     let base = MemberStatus {
         repository: member.repository.clone(),
@@ -124,16 +125,24 @@ fn member_status<E: Failure>(
         status.message = Some(format!("{}: {}", write.file, hold.message()));
         return status;
     }
-    if suspended {
+    if let Some(pause) = paused.filter(|p| p.shows(write.changed_needed)) {
         status.ready = !write.changed_needed;
-        status.reason = reason::SUSPENDED.to_string();
+        status.reason = pause.reason().to_string();
         status.message = Some(if write.changed_needed {
             format!(
-                "suspended: {} holds {}, the rules choose {} (not written)",
-                write.file, write.current_before, write.desired
+                "{}: {} holds {}, the rules choose {} (not written)",
+                pause.label(),
+                write.file,
+                write.current_before,
+                write.desired
             )
         } else {
-            format!("suspended: {} holds {}", write.file, write.current_after)
+            format!(
+                "{}: {} holds {}",
+                pause.label(),
+                write.file,
+                write.current_after
+            )
         });
         return status;
     }
@@ -226,15 +235,24 @@ pub fn verdict<E>(members: &[MemberStatus], outcome: &PatternOutcome<E>) -> Verd
         }
         parts.join("; ")
     };
-    if outcome.suspended {
+    if let Some(pause) = outcome.paused.as_ref().filter(|p| {
+        p.shows(
+            outcome
+                .members
+                .iter()
+                .any(|m| m.outcome.as_ref().is_ok_and(|w| w.changed_needed)),
+        )
+    }) {
         let message = if not_ready.is_empty() {
             format!(
-                "suspended: nothing is written; {total} {} up to date",
+                "{}: nothing is written; {total} {} up to date",
+                pause.label(),
                 plural(total)
             )
         } else {
             format!(
-                "suspended: {} of {total} {} not up to date: {}",
+                "{}: {} of {total} {} not up to date: {}",
+                pause.label(),
                 not_ready.len(),
                 plural(total),
                 named(&not_ready)
@@ -242,7 +260,7 @@ pub fn verdict<E>(members: &[MemberStatus], outcome: &PatternOutcome<E>) -> Verd
         };
         return Verdict {
             ready: false,
-            reason: reason::SUSPENDED,
+            reason: pause.reason(),
             message,
         };
     }

@@ -120,8 +120,8 @@ pub struct Outcome {
     pub latest: LatestImage,
     /// The writer's answer (none when nothing was handed to it).
     pub write: Option<WriteResult>,
-    /// Whether `spec.suspend` made the write a dry run.
-    pub suspended: bool,
+    /// Why the write was a dry run (`spec.suspend`, `spec.windows`, a freeze), if it was.
+    pub paused: Option<crate::windows::Pause>,
     /// Group members still missing a newer tag (`WaitingForGroup`).
     pub waiting: Option<String>,
     /// With `spec.verify` or `spec.tags.platforms`: the newest better tag refused.
@@ -157,8 +157,8 @@ pub struct PatternOutcome<E> {
     pub listed: usize,
     /// One result per matching repository, sorted by repository.
     pub members: Vec<MemberResult<E>>,
-    /// Whether `spec.suspend` made every write a dry run.
-    pub suspended: bool,
+    /// Why every write was a dry run (`spec.suspend`, `spec.windows`, a freeze), if it was.
+    pub paused: Option<crate::windows::Pause>,
     /// With `spec.git.pullRequest` and `perMember: false`: the one pull request for all.
     pub pull_request: Option<Delivered>,
 }
@@ -204,6 +204,29 @@ impl<E> Reconciled<E> {
                 "members_not_ready"
             }
             Reconciled::Pattern(_) => "ok",
+        }
+    }
+
+    /// Why nothing was written (suspended, outside the windows, frozen), if so.
+    pub fn pause(&self) -> Option<&crate::windows::Pause> {
+        match self {
+            Reconciled::Single(o) => o.paused.as_ref(),
+            Reconciled::Pattern(p) => p.paused.as_ref(),
+        }
+    }
+
+    /// How long until a closed window opens, when that is sooner than `interval`: the
+    /// watch is looked at again then, not at its next poll.
+    pub fn requeue_within(
+        &self,
+        interval: std::time::Duration,
+        now: jiff::Timestamp,
+    ) -> std::time::Duration {
+        let opens = self.pause().and_then(|p| p.opens());
+        match opens.and_then(|at| std::time::Duration::try_from(now.duration_until(at)).ok()) {
+            // One second past the opening: the window is open by then on every clock.
+            Some(left) => (left + std::time::Duration::from_secs(1)).min(interval),
+            None => interval,
         }
     }
 }

@@ -28,6 +28,9 @@ pub enum Delivery {
     Gated,
     /// `spec.suspend`; nothing written.
     Suspended,
+    /// `spec.windows` or an admin freeze: the gates pass but writing is closed; nothing
+    /// written (no commit, no pull request opened or updated).
+    Closed(crate::windows::Closed),
     /// Committed to the target branch (mode Commit).
     Committed {
         /// The commit.
@@ -291,6 +294,19 @@ pub fn build_status<E: Failure>(
                 common_reason::SUSPENDED,
                 &format!(
                     "suspended: {} would be proposed to {}",
+                    changes.join(", "),
+                    outcome.path
+                ),
+            ));
+        }
+        Delivery::Closed(closed) => {
+            set(condition(
+                READY,
+                "False",
+                closed.reason,
+                &format!(
+                    "{}: {} waits to be proposed to {}",
+                    closed.why,
                     changes.join(", "),
                     outcome.path
                 ),

@@ -114,7 +114,7 @@ pub fn build_status<E: Failure>(
                 });
             }
             if let (Some(refused), Some(w), false) =
-                (&outcome.refused, &outcome.write, outcome.suspended)
+                (&outcome.refused, &outcome.write, outcome.paused.is_some())
             {
                 let done = match &w.commit {
                     Some(commit) => format!(
@@ -144,15 +144,21 @@ pub fn build_status<E: Failure>(
                     generation,
                     now,
                 )
-            } else if outcome.suspended {
+            } else if let Some(pause) = outcome
+                .paused
+                .as_ref()
+                .filter(|p| p.shows(outcome.write.as_ref().is_some_and(|w| w.changed_needed)))
+            {
                 let message = match &outcome.write {
                     Some(w) if w.changed_needed => format!(
-                        "suspended: Git holds {}, the rules choose {} (not written)",
-                        w.current_before, w.desired
+                        "{}: Git holds {}, the rules choose {} (not written)",
+                        pause.label(),
+                        w.current_before,
+                        w.desired
                     ),
-                    _ => "suspended: nothing is written".to_string(),
+                    _ => format!("{}: nothing is written", pause.label()),
                 };
-                conditions::ready_condition(false, reason::SUSPENDED, &message, generation, now)
+                conditions::ready_condition(false, pause.reason(), &message, generation, now)
             } else if let Some((w, hold)) = outcome
                 .write
                 .as_ref()
@@ -216,7 +222,7 @@ pub fn build_status<E: Failure>(
     };
     next.conditions = conditions::merge_condition(&next.conditions, condition);
     if let Ok(outcome) = result
-        && !outcome.suspended
+        && outcome.paused.is_none()
     {
         let held = outcome
             .write
@@ -305,7 +311,7 @@ mod tests {
                 attempts: 1,
                 held: None,
             }),
-            suspended: false,
+            paused: None,
             waiting: None,
             refused: None,
             pull_request: None,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use imagewatch_crd::ImageWatch;
 use imagewatch_engine::platforms::Platform;
+use imagewatch_engine::windows::Pause;
 use kube::ResourceExt;
 
 use super::pull_request;
@@ -33,6 +34,8 @@ pub(super) struct DereferenceContext<'a> {
     pub(super) argocd_namespace: &'a str,
     pub(super) argocd_sources: &'a ResolveCache,
     pub(super) announcer: Announcer<'a>,
+    /// Admin freezes (the operator's freeze ConfigMap).
+    pub(super) freezes: &'a crate::cluster::freeze::Freezes,
 }
 
 impl<'a> DereferenceContext<'a> {
@@ -45,6 +48,7 @@ impl<'a> DereferenceContext<'a> {
             argocd_namespace: &ctx.argocd_namespace,
             argocd_sources: &ctx.argocd_sources,
             announcer: ctx.announcer(),
+            freezes: &ctx.freezes,
         }
     }
 }
@@ -61,6 +65,9 @@ pub(super) struct Rules {
     pub(super) credential_key: CredentialKey,
     /// `spec.tags.platforms`: every written tag's image provides these (empty: any).
     pub(super) platforms: Vec<Platform>,
+    /// Why nothing is written in this reconcile (`spec.suspend`, `spec.windows`, a freeze):
+    /// every write is a dry run, and no pull request is opened or updated.
+    pub(super) pause: Option<Pause>,
 }
 
 /// Which credentials a watch of one repository reads its registry with, and that
@@ -89,6 +96,7 @@ pub(super) async fn rules(
         order,
         interval,
         platforms,
+        windows,
     } = validated;
     let namespace = watch.namespace().unwrap_or_default();
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
@@ -111,6 +119,13 @@ pub(super) async fn rules(
             .expect_repositories(&credential_key, registry, &creds)
             .await;
     }
+    let pause = if watch.spec.is_suspended() {
+        Some(Pause::Suspended)
+    } else {
+        let freeze = ctx.freezes.reason_for(&namespace);
+        imagewatch_engine::windows::closed(&windows, freeze.as_deref(), jiff::Timestamp::now())
+            .map(Pause::Closed)
+    };
     Ok(Rules {
         namespace,
         policy,
@@ -120,6 +135,7 @@ pub(super) async fn rules(
         use_ecr,
         credential_key,
         platforms,
+        pause,
     })
 }
 

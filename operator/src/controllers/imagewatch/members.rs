@@ -202,7 +202,7 @@ mod tests {
             image: "r.io/svc/*/api".into(),
             listed: 10,
             members,
-            suspended: false,
+            paused: None,
             pull_request: None,
         }
     }
@@ -440,7 +440,7 @@ mod tests {
                 Ok(written("g", "r.io/svc/b/api:v2", "r.io/svc/b/api:v2", None)),
             ),
         ]);
-        o.suspended = true;
+        o.paused = Some(imagewatch_engine::windows::Pause::Suspended);
         let members = member_statuses(&[], &o);
         assert!(!members[0].ready && members[1].ready);
         assert_eq!(members[0].applied.as_deref(), Some("v1"));

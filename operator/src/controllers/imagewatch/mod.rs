@@ -167,9 +167,11 @@ async fn reconcile_holding_slot(
         Ok(Reconciled::Pattern(p)) if p.has_transient_failure() => {
             Ok(Action::requeue(ctx.backoff(key, interval).await))
         }
-        Ok(_) => {
+        Ok(reconciled) => {
             ctx.reset_backoff(&key).await;
-            Ok(Action::requeue(interval))
+            Ok(Action::requeue(
+                reconciled.requeue_within(interval, jiff::Timestamp::now()),
+            ))
         }
         Err(e) if e.is_stalled() => {
             ctx.reset_backoff(&key).await;
@@ -307,7 +309,7 @@ async fn reconcile_pattern(
         .git
         .as_ref()
         .and_then(|g| g.pull_request.clone())
-        .filter(|_| !spec.is_suspended());
+        .filter(|_| rules.pause.is_none());
     let per_member = pr_settings
         .as_ref()
         .is_some_and(|p| p.per_member.unwrap_or(true));
@@ -395,7 +397,7 @@ async fn reconcile_pattern(
         image: spec.image.clone(),
         listed: catalog.repositories.len(),
         members: results,
-        suspended: spec.is_suspended(),
+        paused: rules.pause.clone(),
         pull_request,
     })
 }
@@ -487,7 +489,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         .git
         .as_ref()
         .and_then(|g| g.pull_request.clone())
-        .filter(|_| !spec.is_suspended());
+        .filter(|_| me.rules.pause.is_none());
     let forge_url = git.url.clone();
     let mine = me
         .write_request(
@@ -512,7 +514,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         return Ok(Outcome {
             latest,
             write: Some(write),
-            suspended: false,
+            paused: None,
             waiting: group.and_then(|g| g.waiting),
             refused: refused.map(Box::new),
             pull_request: Some(delivered),
@@ -561,7 +563,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     Ok(Outcome {
         latest,
         write: Some(write),
-        suspended: spec.is_suspended(),
+        paused: me.rules.pause.clone(),
         waiting: group.and_then(|g| g.waiting),
         refused: refused.map(Box::new),
         pull_request: None,

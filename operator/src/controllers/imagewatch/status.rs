@@ -103,7 +103,7 @@ pub(super) async fn publish_events(
         }
         Ok(Reconciled::Single(Outcome {
             write: Some(w),
-            suspended: false,
+            paused: None,
             ..
         })) if w.commit.is_some() => Some(Event {
             type_: EventType::Normal,
@@ -118,6 +118,19 @@ pub(super) async fn publish_events(
             action: "Commit".into(),
             secondary: None,
         }),
+        // A change waiting for a window or a freeze to lift: said once, when it starts.
+        Ok(Reconciled::Single(Outcome {
+            paused: Some(imagewatch_engine::windows::Pause::Closed(_)),
+            ..
+        })) => conditions::ready_of(Some(new_status))
+            .filter(|c| previous.is_none_or(|p| p.reason != c.reason))
+            .map(|c| Event {
+                type_: EventType::Normal,
+                reason: c.reason.clone(),
+                note: Some(c.message.clone()),
+                action: "Wait".into(),
+                secondary: None,
+            }),
         Err(e) => {
             let message = e.to_string();
             let is_new = previous.is_none_or(|c| c.reason != e.reason() || c.message != message);

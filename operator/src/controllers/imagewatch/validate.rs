@@ -26,6 +26,8 @@ pub(super) struct ValidatedRules {
     pub(super) interval: Duration,
     /// `spec.tags.platforms`: every written tag's image provides these (empty: any).
     pub(super) platforms: Vec<Platform>,
+    /// `spec.windows`, parsed.
+    pub(super) windows: Vec<imagewatch_engine::windows::Schedule>,
 }
 
 /// Step 1 (pure): the tag rules and the interval.
@@ -58,11 +60,14 @@ pub(super) fn validate_rules(watch: &ImageWatch) -> Result<ValidatedRules, Recon
     // The CRD refuses malformed entries at apply; this guards objects stored before.
     let platforms = Platform::parse_all(tags.platforms.as_deref().unwrap_or(&[]))
         .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags.platforms: {e}")))?;
+    let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
+        .map_err(ReconcileError::InvalidSpec)?;
     Ok(ValidatedRules {
         policy,
         order,
         interval,
         platforms,
+        windows,
     })
 }
 

@@ -72,7 +72,7 @@ impl Prepared<'_> {
                 edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
             },
             watch: format!("{}/{}", self.rules.namespace, watch.name_any()),
-            dry_run: watch.spec.is_suspended(),
+            dry_run: self.rules.pause.is_some(),
             push_branch: git.push_branch.map(|template| {
                 template
                     .replace("{namespace}", &self.rules.namespace)

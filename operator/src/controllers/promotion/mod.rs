@@ -57,7 +57,7 @@ use futures::StreamExt;
 use imagewatch_crd::{
     ImageWatch, PromotionPolicy, PromotionPolicyStatus,
     conditions::{GATES_PASSING, PULL_REQUEST_OPEN, READY},
-    promotion::{APPROVE_ANNOTATION, PromotionMode, PullRequestRef},
+    promotion::{APPROVE_ANNOTATION, PromotionMode, PullRequestRef, SoakSince},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{
@@ -107,9 +107,10 @@ mod finalizer;
 mod fixtures;
 mod held;
 mod read;
+mod soak;
 mod status;
 
-use self::{decide::*, deliver::*, finalizer::*, read::*, status::*};
+use self::{decide::*, deliver::*, finalizer::*, read::*, soak::*, status::*};
 pub use finalizer::{
     CloseStep, FinalizerChange, close_not_needed, close_step, finalizer_change, finalizer_patch,
     finalizer_patch_of, has_finalizer, patch_finalizer_of, wants_finalizer,
@@ -253,8 +254,24 @@ pub async fn run(
         shutdown.clone(),
     ));
     let token = shutdown.clone();
+    // A freeze set or lifted: every policy is looked at again.
+    let thaw_store = controller.store();
+    let thaws =
+        futures::stream::unfold(shared.ctx.freeze_changes.subscribe(), |mut rx| async move {
+            rx.changed().await.ok().map(|_| ((), rx))
+        })
+        .flat_map(move |_| {
+            futures::stream::iter(
+                thaw_store
+                    .state()
+                    .into_iter()
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>(),
+            )
+        });
     tracing::info!("PromotionPolicy controller started");
     controller
+        .reconcile_on(thaws)
         .watches_shared_stream(watches, move |watch: Arc<DeserializeGuard<ImageWatch>>| {
             let namespace = watch.meta().namespace.clone();
             store
@@ -351,6 +368,10 @@ async fn reconcile(
             Delivery::UpToDate { closed: None } => "up_to_date",
             Delivery::Gated => "gated",
             Delivery::Suspended => "suspended",
+            Delivery::Closed(c) if c.reason == imagewatch_crd::conditions::reason::FROZEN => {
+                "frozen"
+            }
+            Delivery::Closed(_) => "outside_window",
             Delivery::Committed { .. } => "committed",
             Delivery::Proposed {
                 action: EnsureAction::Created,
@@ -396,10 +417,19 @@ async fn reconcile(
     match result {
         Ok(outcome) => {
             shared.failures.lock().await.remove(&key);
+            let opens_in = match &outcome.delivery {
+                Delivery::Closed(closed) => closed.opens.and_then(|at| {
+                    Duration::try_from(jiff::Timestamp::now().duration_until(at)).ok()
+                }),
+                _ => None,
+            };
             let recheck = outcome
                 .gates
                 .as_ref()
                 .and_then(|g| g.recheck_in)
+                .into_iter()
+                .chain(opens_in)
+                .min()
                 .map(|d| d + Duration::from_secs(1));
             Ok(Action::requeue(match recheck {
                 Some(d) if d < interval => d,
@@ -464,6 +494,8 @@ async fn reconcile_policy(
 
     // 1. validate
     validate(spec).map_err(PromotionError::InvalidSpec)?;
+    let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
+        .map_err(PromotionError::InvalidSpec)?;
     let mode = spec.mode();
     let source = source_label(spec);
     let to_path = spec.to.path.trim_matches('/').to_string();
@@ -501,6 +533,7 @@ async fn reconcile_policy(
             .as_ref()
             .map(|s| s.commits.clone())
             .unwrap_or_default(),
+        gates_spec.soak_since == Some(SoakSince::FirstApplied),
     )
     .await?;
 
@@ -521,6 +554,11 @@ async fn reconcile_policy(
             .map_err(PromotionError::SourceNotReady)?
         }
         (None, None) => return Err(PromotionError::Internal("no source was read".into())),
+    };
+    // gates.soakSince FirstApplied: the newest state of from.path first applied a soak ago.
+    let (source_state, soaked) = match soak_from_history(spec, &gates_spec, &read)? {
+        Some((state, soaked)) => (state, Some(soaked)),
+        None => (source_state, None),
     };
     let decision = Decision {
         source: source_state.clone(),
@@ -626,7 +664,11 @@ async fn reconcile_policy(
             name: policy.name_any(),
         });
     }
-    let report = promotion::evaluate(&facts, jiff::Timestamp::now());
+    let mut report = promotion::evaluate(&facts, jiff::Timestamp::now());
+    // A newer source state soaks later: look again then, not only at the interval.
+    if let Some(next) = soaked.as_ref().and_then(|s| s.next_in) {
+        report.recheck_in = Some(report.recheck_in.map_or(next, |r| r.min(next)));
+    }
     let passed = report.passed();
     outcome.gates = Some(report.clone());
     if spec.is_suspended() {
@@ -635,6 +677,14 @@ async fn reconcile_policy(
     }
     if !passed {
         outcome.delivery = Delivery::Gated;
+        return Ok(outcome);
+    }
+    // spec.windows and admin freezes: the candidate waits, and is proposed at the opening.
+    let freeze = shared.ctx.freezes.reason_for(&namespace);
+    if let Some(closed) =
+        imagewatch_engine::windows::closed(&windows, freeze.as_deref(), jiff::Timestamp::now())
+    {
+        outcome.delivery = Delivery::Closed(closed);
         return Ok(outcome);
     }
 

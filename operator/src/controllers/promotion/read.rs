@@ -85,6 +85,18 @@ pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String
     {
         return Err(format!("spec.gates.soak {soak:?} is not a duration"));
     }
+    if spec
+        .gates
+        .as_ref()
+        .is_some_and(|g| g.soak_since == Some(imagewatch_crd::promotion::SoakSince::FirstApplied))
+        && spec.from.path.is_none()
+    {
+        return Err(
+            "spec.gates.soakSince FirstApplied reads the Git history of spec.from.path; a \
+             watchSelector source has none (use soakSince Running, or from.path)"
+                .into(),
+        );
+    }
     if spec.mode() == PromotionMode::PullRequest && spec.pull_request.is_none() {
         return Err("spec.pullRequest is required in mode PullRequest (the default)".into());
     }
@@ -275,6 +287,9 @@ pub(super) struct GitRead {
     pub(super) target_files: Vec<(String, String)>,
     /// `from.path`: files, and the last commit that changed the directory (id, time).
     pub(super) source: Option<(Files, Option<Change>)>,
+    /// `gates.soakSince: FirstApplied`: the changes of `from.path`, newest first (commit,
+    /// time, files after it).
+    pub(super) source_history: Vec<(String, jiff::Timestamp, Files)>,
     pub(super) containment: Option<Containment>,
 }
 
@@ -311,6 +326,49 @@ pub(super) fn last_change(
     }
     let at = jiff::Timestamp::from_second(commit.time().seconds()).ok();
     Ok(at.map(|at| (commit.id().to_string(), at)))
+}
+
+/// How many changes of `from.path` `gates.soakSince: FirstApplied` reads back (each one a
+/// state the source held), within the first 1000 commits of the source branch.
+pub(super) const SOURCE_HISTORY_CHANGES: usize = 64;
+
+/// The commits (first-parent history, newest first, at most `max` of them within 1000
+/// commits) that changed `path`, each with its time.
+pub(super) fn changes(
+    repo: &git2::Repository,
+    head: Oid,
+    path: &str,
+    max: usize,
+) -> Result<Vec<(Oid, jiff::Timestamp)>, git2::Error> {
+    let entry_at = |c: &git2::Commit<'_>| -> Option<Oid> {
+        c.tree()
+            .ok()?
+            .get_path(std::path::Path::new(path))
+            .ok()
+            .map(|e| e.id())
+    };
+    let time = |c: &git2::Commit<'_>| jiff::Timestamp::from_second(c.time().seconds()).ok();
+    let mut found = Vec::new();
+    let mut commit = repo.find_commit(head)?;
+    let mut entry = entry_at(&commit);
+    for _ in 0..1000 {
+        if entry.is_none() || found.len() >= max {
+            break;
+        }
+        let parent = commit.parent(0).ok();
+        let parent_entry = parent.as_ref().and_then(entry_at);
+        if parent_entry != entry
+            && let Some(at) = time(&commit)
+        {
+            found.push((commit.id(), at));
+        }
+        let Some(parent) = parent else {
+            break;
+        };
+        commit = parent;
+        entry = parent_entry;
+    }
+    Ok(found)
 }
 
 /// Whether `revision` is, or descends from, every commit of `commits`.
@@ -362,6 +420,7 @@ pub(super) async fn read_git(
     pr_branch: Option<String>,
     revision: Option<String>,
     watch_commits: Vec<String>,
+    source_history: bool,
 ) -> Result<GitRead, PromotionError> {
     let cache = ctx.clones.clone();
     let url = location.url.clone();
@@ -423,12 +482,24 @@ pub(super) async fn read_git(
             }
             None => None,
         };
+        let mut history = Vec::new();
+        if let (Some(path), true) = (&from_path, source_history) {
+            let git = |e: git2::Error| PromotionError::Internal(format!("git history: {e}"));
+            let path = path.trim_matches('/');
+            for (commit, at) in
+                changes(repo.raw(), source_head, path, SOURCE_HISTORY_CHANGES).map_err(git)?
+            {
+                let files = utf8_files(repo.read_files_under(commit, path)?);
+                history.push((commit.to_string(), at, files));
+            }
+        }
         let containment = revision.map(|rev| containment(repo.raw(), &rev, &commits));
         Ok(GitRead {
             base_head,
             pr_tip,
             target_files,
             source,
+            source_history: history,
             containment,
         })
     })
@@ -498,5 +569,65 @@ mod tests {
         assert!(validate(&bad.spec).unwrap_err().contains("pullRequest"));
         let bad = policy(json!({"from": {"path": "overlays/stg"}}));
         assert!(validate(&bad.spec).unwrap_err().contains("to.git"));
+        // The policy fixture selects watches: no path whose history could be read.
+        let bad = policy(json!({"gates": {"soak": "1m", "soakSince": "FirstApplied"}}));
+        assert!(validate(&bad.spec).unwrap_err().contains("soakSince"));
+        let ok = policy(json!({"gates": {"soak": "1m", "soakSince": "Running"}}));
+        assert!(validate(&ok.spec).is_ok());
+    }
+
+    /// A repository whose `dir/f` is written by each of `contents` in turn (one commit each,
+    /// `None`: a commit elsewhere), at times 100, 200, … s.
+    fn history_repo(contents: &[Option<&str>]) -> (tempfile::TempDir, git2::Repository) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let mut parent: Option<Oid> = None;
+        for (i, content) in contents.iter().enumerate() {
+            let path = match content {
+                Some(_) => "dir/f",
+                None => "other",
+            };
+            let file = dir.path().join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, content.unwrap_or(&format!("{i}"))).unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(std::path::Path::new(path)).unwrap();
+            index.write().unwrap();
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            let sig = git2::Signature::new(
+                "ci",
+                "ci@example.invalid",
+                &git2::Time::new(100 * (i as i64 + 1), 0),
+            )
+            .unwrap();
+            let parents: Vec<git2::Commit<'_>> = parent
+                .iter()
+                .map(|p| repo.find_commit(*p).unwrap())
+                .collect();
+            let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+            parent = Some(
+                repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &refs)
+                    .unwrap(),
+            );
+        }
+        (dir, repo)
+    }
+
+    #[test]
+    fn changes_of_a_path_are_the_commits_that_changed_it_newest_first() {
+        let (_dir, repo) = history_repo(&[Some("a"), None, Some("b"), None, Some("c")]);
+        let head = repo.head().unwrap().target().unwrap();
+        let seconds = |found: Vec<(Oid, jiff::Timestamp)>| {
+            found
+                .iter()
+                .map(|(_, at)| at.as_second())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            seconds(changes(&repo, head, "dir", 64).unwrap()),
+            [500, 300, 100]
+        );
+        assert_eq!(seconds(changes(&repo, head, "dir", 2).unwrap()), [500, 300]);
+        assert!(changes(&repo, head, "missing", 64).unwrap().is_empty());
     }
 }

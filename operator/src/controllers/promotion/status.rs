@@ -119,6 +119,16 @@ pub fn event_for(
                         pr.number, pr.url, o.path
                     ),
                 )),
+                Delivery::Closed(closed) => {
+                    let previous = ready_of(policy);
+                    previous.is_none_or(|c| c.reason != closed.reason).then(|| {
+                        normal(
+                            closed.reason,
+                            "Wait",
+                            format!("{summary} waits: {}", closed.why),
+                        )
+                    })
+                }
                 Delivery::Gated => {
                     let (reason, message) = o.gates.as_ref()?.failing.clone()?;
                     let previous = gates_of(policy);
@@ -194,6 +204,41 @@ pub(super) async fn publish_events(
 mod tests {
     use super::*;
     use crate::controllers::promotion::fixtures::*;
+
+    #[test]
+    fn a_candidate_outside_its_windows_waits_and_says_when_they_open() {
+        let p = policy(json!({}));
+        let closed = imagewatch_engine::windows::Closed {
+            reason: "OutsideWindow",
+            why: "outside allow window spec.windows[0] (0 9 * * 1-5 for 8h, UTC); the next window opens at 2026-12-07T09:00:00Z".into(),
+            opens: Some("2026-12-07T09:00:00Z".parse().unwrap()),
+        };
+        let result = Ok(outcome(Delivery::Closed(closed), None, "v1"));
+        let s = build_status(&p, &result, &t(10));
+        let ready = cond(&s, READY);
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "OutsideWindow")
+        );
+        assert!(
+            ready
+                .message
+                .contains("the next window opens at 2026-12-07T09:00:00Z")
+                && ready
+                    .message
+                    .contains("waits to be proposed to overlays/production"),
+            "{}",
+            ready.message
+        );
+        let event = event_for(&p, &result).expect("an Event when it starts waiting");
+        assert_eq!(event.reason, "OutsideWindow");
+        // Said once: not again while it still waits.
+        let waiting = PromotionPolicy {
+            status: Some(s),
+            ..p
+        };
+        assert!(event_for(&waiting, &result).is_none());
+    }
 
     #[test]
     fn a_gated_candidate_names_the_gate() {
