@@ -73,6 +73,7 @@ use crate::imagewatch::OnGitChange;
     )
 )]
 #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("(has(self.mode) && self.mode == 'Commit') || has(self.pullRequest)").message("spec.pullRequest is required in mode PullRequest (the default)")))]
+#[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!has(self.gates) || !has(self.gates.soakSince) || self.gates.soakSince != 'FirstApplied' || has(self.from.path)").message("gates.soakSince FirstApplied reads the Git history of from.path: set from.path, or use soakSince Running with a watchSelector")))]
 #[serde(rename_all = "camelCase")]
 pub struct PromotionPolicySpec {
     /// Where the candidate comes from.

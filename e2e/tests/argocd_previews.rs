@@ -336,13 +336,15 @@ async fn close_and_let_go(
         Ok((now > before).then_some(()))
     })
     .await?;
+    // imagewatch's Warning Events only: the preview's Pods being deleted may draw the
+    // kubelet's own.
     let warnings = s.ground.kubectl(&[
         "get",
-        "events.events.k8s.io",
+        "events",
         "-n",
         &s.ns.name,
         "--field-selector",
-        "type=Warning",
+        "type=Warning,involvedObject.kind=ImageWatch",
         "-o",
         "name",
     ])?;

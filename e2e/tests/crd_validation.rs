@@ -205,6 +205,18 @@ spec:
     );
     let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&policy))?;
     assert!(ok, "policy refused: {out}");
+    // A soak counted from the first application reads from.path's history: a watchSelector
+    // source is refused at apply, naming what to set.
+    let first_applied = policy.replace("good-policy", "soak-first-applied").replace(
+        "  mode: Commit\n",
+        "  mode: Commit\n  gates: {soak: 1h, soakSince: FirstApplied}\n",
+    );
+    let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&first_applied))?;
+    assert!(!ok, "accepted: {first_applied}");
+    assert!(
+        out.contains("gates.soakSince FirstApplied reads the Git history of from.path"),
+        "{out}"
+    );
 
     for name in ["imagewatch", "imagewatches", "iw"] {
         let one = run(&["get", name, "good", "-o", "name"])?;
