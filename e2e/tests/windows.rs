@@ -1,7 +1,7 @@
 //! `spec.windows` and admin freezes on the ground: a change waits while writing is closed,
 //! the status says why and when it opens, and it is written at the opening without waiting
-//! for a poll (every watch here polls once an hour; pushes reach it by the registry's
-//! webhook).
+//! for a poll (every watch and policy here polls once an hour; pushes reach the watches by
+//! the registry's webhook). For an ImageWatch and for a PromotionPolicy.
 
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
@@ -192,5 +192,91 @@ async fn a_freeze_holds_every_change_until_it_is_lifted() -> anyhow::Result<()> 
     assert!(git.show(&name, "main", FILE)?.contains(":v1.1.0"));
     let m = s.operator.metrics().await?;
     assert_eq!(metric(&m, "imagewatch_freezes"), 0.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_promotion_waits_for_its_window_and_is_committed_when_it_opens() -> anyhow::Result<()> {
+    let s = Scenario::start("promo-window", &[]).await?;
+    let git = s.ground.git()?;
+    let image = format!("registry.example.com/window-{}/my-api", random_suffix());
+    let (stg, prd) = (
+        "overlays/staging/.argocd-source-my-api-stg.yaml",
+        "overlays/production/.argocd-source-my-api-prd.yaml",
+    );
+    let seed = tempfile::tempdir()?;
+    for (file, tag) in [(stg, "v2.0.0"), (prd, "v1.0.0")] {
+        let path = seed.path().join(file);
+        std::fs::create_dir_all(path.parent().expect("a directory"))?;
+        std::fs::write(
+            &path,
+            format!(
+                "# image tags (managed by imagewatch)\nkustomize:\n  images:\n  - {image}:{tag}\n"
+            ),
+        )?;
+    }
+    let name = format!("promo-window-{}", s.ns.name);
+    let url = git.new_repo(&name, seed.path())?;
+    // A window of 10 minutes that opens 30 s from now (UTC, seconds first); the policy polls
+    // every hour.
+    let opens = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(30))?
+        .round(jiff::Unit::Second)?;
+    let utc = opens.to_zoned(jiff::tz::TimeZone::UTC);
+    s.apply(&format!(
+        r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: my-api, namespace: {ns}}}
+spec:
+  from: {{path: overlays/staging}}
+  to:
+    git: {{url: "{url}", branch: main, secretRef: {{name: git-creds}}}}
+    path: overlays/production
+  mode: Commit
+  interval: 1h
+  windows: [{{schedule: "{sec} {min} {hour} * * *", duration: 10m}}]
+"#,
+        ns = s.ns.name,
+        sec = utc.second(),
+        min = utc.minute(),
+        hour = utc.hour(),
+    ))?;
+    let api: kube::Api<imagewatch_crd::PromotionPolicy> =
+        kube::Api::namespaced(s.admin.clone(), &s.ns.name);
+    let ready_of = |p: &imagewatch_crd::PromotionPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (_, message) = wait_until("the policy waits for its window", TIMEOUT, || async {
+        let p = api.get("my-api").await?;
+        Ok(ready_of(&p).filter(|(reason, _)| reason == "OutsideWindow"))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))?;
+    assert!(
+        message.contains(&format!("the next window opens at {opens}")),
+        "{message}"
+    );
+    assert!(
+        message.contains("waits to be proposed to overlays/production"),
+        "{message}"
+    );
+    assert_eq!(git.commit_count(&name, "main")?, 1);
+
+    // At the opening the promotion is committed.
+    wait_until("the promotion committed", TIMEOUT, || async {
+        let p = api.get("my-api").await?;
+        Ok(ready_of(&p).filter(|(reason, _)| reason == "Committed"))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(40)))?;
+    let at: i64 = git
+        .git(&name, &["log", "-1", "--format=%ct", "main"])?
+        .trim()
+        .parse()?;
+    assert!(at >= opens.as_second(), "committed at {at}, before {opens}");
+    assert!(git.show(&name, "main", prd)?.contains(":v2.0.0"));
     Ok(())
 }
