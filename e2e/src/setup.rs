@@ -213,6 +213,29 @@ pub async fn create_git_secret(
     .await
 }
 
+/// Creates the Secret `argo-git`: the git server's HTTPS credentials for watches whose Git
+/// location comes from their Argo CD Application (labelled `imagewatch.dev/git-credentials`,
+/// for the URL prefix of the ground's git server).
+pub async fn create_argocd_git_secret(
+    client: &Client,
+    ns: &str,
+    git: &crate::ground::GitServer,
+) -> anyhow::Result<()> {
+    create_secret_with(
+        client,
+        ns,
+        "argo-git",
+        "Opaque",
+        &[("username", &git.user), ("token", &git.token)],
+        ObjectMeta {
+            labels: Some([("imagewatch.dev/git-credentials".into(), "true".into())].into()),
+            annotations: Some([("imagewatch.dev/url-prefix".into(), git.base_url.clone())].into()),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Creates a Secret with extra metadata (labels, annotations).
 pub async fn create_secret_with(
     client: &Client,

@@ -10,10 +10,9 @@ use imagewatch_e2e::{
     Ground,
     argocd::ArgoCd,
     ground::random_suffix,
-    setup::{TIMEOUT, create_secret_with, webhook_scenario},
+    setup::{TIMEOUT, create_argocd_git_secret, webhook_scenario},
     wait_until,
 };
-use kube::api::ObjectMeta;
 
 const TRACKING_KEY: &str = "application.resourceTrackingMethod";
 
@@ -92,19 +91,7 @@ async fn a_watch_synced_with_label_tracking_writes_where_its_application_deploys
     registry.script("push-image.sh", &[&format!("{image_repo}:v1.0.0")])?;
 
     let git = s.ground.git()?;
-    create_secret_with(
-        &s.admin,
-        &s.ns.name,
-        "argo-git",
-        "Opaque",
-        &[("username", &git.user), ("token", &git.token)],
-        ObjectMeta {
-            labels: Some([("imagewatch.dev/git-credentials".into(), "true".into())].into()),
-            annotations: Some([("imagewatch.dev/url-prefix".into(), git.base_url.clone())].into()),
-            ..Default::default()
-        },
-    )
-    .await?;
+    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
     // The Application deploys apps/my-api (a plain directory: the watch); the watch's
     // overlay lies below it, so its path is relative to the Application's.
     let watch = format!(

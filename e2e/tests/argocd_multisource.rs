@@ -10,10 +10,9 @@ use imagewatch_e2e::{
     argocd::ArgoCd,
     ground::random_suffix,
     node::{trust_registry, wait_pod_ready_with},
-    setup::{TIMEOUT, create_secret_with, webhook_scenario},
+    setup::{TIMEOUT, create_argocd_git_secret, webhook_scenario},
     wait_until,
 };
-use kube::api::ObjectMeta;
 
 /// The application's chart: its Deployment (on the node's network) and its ImageWatch.
 const CHART_YAML: &str = "apiVersion: v2\nname: my-api\nversion: 0.1.0\n";
@@ -78,19 +77,7 @@ async fn a_values_file_in_a_ref_source_is_written_where_it_lives_and_deployed() 
     )?;
     let git = s.ground.git()?;
     // Credentials for the ground's git server, for watches whose location Argo CD gives.
-    create_secret_with(
-        &s.admin,
-        &s.ns.name,
-        "argo-git",
-        "Opaque",
-        &[("username", &git.user), ("token", &git.token)],
-        ObjectMeta {
-            labels: Some([("imagewatch.dev/git-credentials".into(), "true".into())].into()),
-            annotations: Some([("imagewatch.dev/url-prefix".into(), git.base_url.clone())].into()),
-            ..Default::default()
-        },
-    )
-    .await?;
+    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
 
     let chart_repo = format!("ms-chart-{}", s.ns.name);
     let chart_url = git.new_repo(

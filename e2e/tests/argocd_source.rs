@@ -3,9 +3,8 @@
 
 use imagewatch_e2e::{
     ground::random_suffix,
-    setup::{Scenario, copy_dir, create_secret_with, sample},
+    setup::{Scenario, copy_dir, create_argocd_git_secret, sample},
 };
-use kube::api::ObjectMeta;
 
 #[tokio::test]
 async fn git_location_comes_from_the_managing_application() -> anyhow::Result<()> {
@@ -44,32 +43,7 @@ spec:
         ns = s.ns.name
     ))?;
     // Credentials for the URL prefix (the base URL of the ground's git server).
-    let meta = ObjectMeta {
-        labels: Some(
-            [(
-                "imagewatch.dev/git-credentials".to_string(),
-                "true".to_string(),
-            )]
-            .into(),
-        ),
-        annotations: Some(
-            [(
-                "imagewatch.dev/url-prefix".to_string(),
-                git.base_url.clone(),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    create_secret_with(
-        &s.admin,
-        &s.ns.name,
-        "argo-git",
-        "Opaque",
-        &[("username", &git.user), ("token", &git.token)],
-        meta,
-    )
-    .await?;
+    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
 
     // No spec.git; the tracking annotation names `<namespace>_<application>`.
     s.apply(&format!(

@@ -2,6 +2,23 @@
 
 use std::time::Duration;
 
+/// `1h2m`, `5m`, `30s`.
+pub fn human(d: Duration) -> String {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
 /// Parses a Go-style duration (units ms, s, m, h; one or more `<number><unit>` parts).
 /// Returns `None` for anything else, including an empty string.
 pub fn parse_duration(text: &str) -> Option<Duration> {

@@ -17,7 +17,7 @@ use croner::{
 use imagewatch_crd::{Window, WindowKind, conditions::reason};
 use jiff::{Timestamp, Zoned, tz::TimeZone};
 
-use crate::duration::parse_duration;
+use crate::duration::{human, parse_duration};
 
 /// One window of `spec.windows`, parsed.
 #[derive(Debug, Clone)]
@@ -238,23 +238,6 @@ pub fn next_opening(schedules: &[Schedule], now: Timestamp) -> Option<Timestamp>
         t = allows.iter().filter_map(|s| s.next_start(t)).min()?;
     }
     None
-}
-
-/// `1h30m`, `45s`.
-fn human(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 || out.is_empty() {
-        out.push_str(&format!("{s}s"));
-    }
-    out
 }
 
 #[cfg(test)]

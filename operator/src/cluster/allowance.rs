@@ -10,12 +10,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, GroupVersionKind},
-    runtime::watcher,
 };
 
 use crate::cluster::allow::{AllowList, Ask, Check, GitFrom};
@@ -355,32 +353,10 @@ pub async fn follow(
     allowance: Arc<Allowance>,
     changed: impl Fn() + Send,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, config).boxed();
-    let mut seen_in_listing = false;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(cm)) | Ok(watcher::Event::InitApply(cm)) => {
-                seen_in_listing = true;
-                allowance.load(&name, Some(&cm));
-                changed();
-            }
-            Ok(watcher::Event::Delete(_)) => {
-                allowance.load(&name, None);
-                changed();
-            }
-            Ok(watcher::Event::Init) => seen_in_listing = false,
-            Ok(watcher::Event::InitDone) => {
-                if !seen_in_listing {
-                    allowance.load(&name, None);
-                    changed();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, configmap = %name, "watching the allow-list ConfigMap");
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        }
-    }
+    let key = name.clone();
+    crate::cluster::follow_configmap(client, &namespace, &name, "allow-list", move |cm| {
+        allowance.load(&key, cm);
+        changed();
+    })
+    .await;
 }

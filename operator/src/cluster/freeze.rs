@@ -15,12 +15,9 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, RwLock},
-    time::Duration,
 };
 
-use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{Api, Client, runtime::watcher};
+use kube::Client;
 
 /// The key freezing every object.
 pub const CLUSTER_KEY: &str = "cluster";
@@ -85,36 +82,13 @@ pub async fn follow(
     freezes: Arc<Freezes>,
     changed: impl Fn() + Send,
 ) {
-    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = watcher::watcher(api, config).boxed();
-    let mut seen_in_listing = false;
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Apply(cm)) | Ok(watcher::Event::InitApply(cm)) => {
-                seen_in_listing = true;
-                freezes.load(cm.data.as_ref());
-                tracing::info!(configmap = %name, freezes = freezes.count(), "freezes changed");
-                changed();
-            }
-            Ok(watcher::Event::Delete(_)) => {
-                freezes.load(None);
-                tracing::info!(configmap = %name, "freeze ConfigMap deleted: no freeze");
-                changed();
-            }
-            Ok(watcher::Event::Init) => seen_in_listing = false,
-            Ok(watcher::Event::InitDone) => {
-                if !seen_in_listing {
-                    freezes.load(None);
-                    changed();
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, configmap = %name, "watching the freeze ConfigMap");
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        }
-    }
+    let key = name.clone();
+    crate::cluster::follow_configmap(client, &namespace, &name, "freeze", move |cm| {
+        freezes.load(cm.and_then(|cm| cm.data.as_ref()));
+        tracing::info!(configmap = %key, freezes = freezes.count(), "freezes changed");
+        changed();
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -396,22 +396,8 @@ pub fn evaluate(facts: &GateFacts, now: jiff::Timestamp) -> GateReport {
     report
 }
 
-/// `1h2m`, `5m`, `30s`.
-pub fn human(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if s > 0 || out.is_empty() {
-        out.push_str(&format!("{s}s"));
-    }
-    out
-}
+/// `1h2m`, `5m`, `30s` (also used for windows).
+pub use crate::duration::human;
 
 /// `(sync status, health status, revision)` of an Argo CD Application object. The revision
 /// is `status.sync.revision`, else the first of `status.sync.revisions` (multi-source), else
