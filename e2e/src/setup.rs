@@ -175,6 +175,21 @@ pub async fn webhook_scenario(
     Ok((registry, host, s, addr))
 }
 
+/// [`webhook_scenario`] for a test whose Pods Argo CD deploys onto the ground's node: the
+/// node must be there (an error saying so otherwise), and its containerd pulls from the
+/// scenario's registry. Returns the registry, its host, the scenario and the ground's Argo CD.
+pub async fn node_scenario(
+    prefix: &str,
+) -> anyhow::Result<(NotifyingRegistry, String, Scenario, crate::argocd::ArgoCd)> {
+    let (registry, host, s, _) = webhook_scenario(prefix, &[]).await?;
+    s.ground
+        .var("IMAGEWATCH_NODE_NAME")
+        .map_err(|e| anyhow::anyhow!("this test runs Pods on the ground's node: {e}"))?;
+    let argocd = crate::argocd::ArgoCd::get(s.ground)?;
+    crate::node::trust_registry(s.ground, &host)?;
+    Ok((registry, host, s, argocd))
+}
+
 /// `(status, reason, message)` of the Ready condition.
 pub fn ready(w: &ImageWatch) -> Option<(String, String, String)> {
     let c = w

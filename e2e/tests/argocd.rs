@@ -9,9 +9,9 @@ use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
 use imagewatch_e2e::{
     argocd::ArgoCd,
     ground::random_suffix,
-    node::{trust_registry, wait_pod_ready_with},
+    node::wait_pod_ready_with,
     operator::metric,
-    setup::{Scenario, TIMEOUT, webhook_scenario},
+    setup::{Scenario, TIMEOUT, node_scenario},
     wait_until,
 };
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -63,12 +63,7 @@ fn deployed(w: &ImageWatch) -> Option<(String, String, String)> {
 /// Push → commit → Argo CD sync → the Deployment's new Pod Ready with the new image, once.
 #[tokio::test]
 async fn a_push_runs_in_the_pod_argo_cd_deploys() -> anyhow::Result<()> {
-    let (registry, host, s, _) = webhook_scenario("argo-run", &[]).await?;
-    s.ground
-        .var("IMAGEWATCH_NODE_NAME")
-        .map_err(|e| anyhow::anyhow!("this test runs Pods on the ground's node: {e}"))?;
-    let argocd = ArgoCd::get(s.ground)?;
-    trust_registry(s.ground, &host)?;
+    let (registry, host, s, argocd) = node_scenario("argo-run").await?;
     let image_repo = format!("argo/app-{}", random_suffix());
     let image = format!("{host}/{image_repo}");
     registry.script(
@@ -384,44 +379,13 @@ spec:
         .await?;
 
     // A watch whose regex does not compile (the CRD cannot judge it, the operator can).
-    std::fs::write(
-        crs.path().join("watches/broken.yaml"),
-        watch("broken", "regex:^v(?P<v>[0-9]+$"),
-    )?;
-    let work = tempfile::tempdir()?;
-    let clone = work.path().join("c");
-    let repo_dir = git.repo_dir(&crs_repo);
-    let run = |args: &[&str]| -> anyhow::Result<()> {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(work.path())
-            .output()?;
-        anyhow::ensure!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
-    run(&["clone", "-q", &repo_dir.display().to_string(), "c"])?;
-    std::fs::copy(
-        crs.path().join("watches/broken.yaml"),
-        clone.join("watches/broken.yaml"),
-    )?;
-    let c = clone.display().to_string();
-    run(&["-C", &c, "add", "watches/broken.yaml"])?;
-    run(&[
-        "-C",
-        &c,
-        "-c",
-        "user.name=dev",
-        "-c",
-        "user.email=dev@example.invalid",
-        "commit",
-        "-qm",
+    let broken = watch("broken", "regex:^v(?P<v>[0-9]+$");
+    git.commit_files(
+        &crs_repo,
+        "main",
+        &[("watches/broken.yaml", Some(broken.as_str()))],
         "broken watch",
-    ])?;
-    run(&["-C", &c, "push", "-q", "origin", "main"])?;
+    )?;
     // A person's commit: Argo CD notices it at its next refresh; ask for one as a webhook would.
     s.ground.kubectl(&[
         "annotate",

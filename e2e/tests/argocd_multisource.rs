@@ -7,10 +7,9 @@
 
 use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
 use imagewatch_e2e::{
-    argocd::ArgoCd,
     ground::random_suffix,
-    node::{trust_registry, wait_pod_ready_with},
-    setup::{TIMEOUT, create_argocd_git_secret, webhook_scenario},
+    node::wait_pod_ready_with,
+    setup::{TIMEOUT, create_argocd_git_secret, node_scenario},
     wait_until,
 };
 
@@ -63,12 +62,7 @@ fn tree(files: &[(&str, String)]) -> anyhow::Result<tempfile::TempDir> {
 #[tokio::test]
 async fn a_values_file_in_a_ref_source_is_written_where_it_lives_and_deployed() -> anyhow::Result<()>
 {
-    let (registry, host, s, _) = webhook_scenario("argo-ms", &[]).await?;
-    s.ground
-        .var("IMAGEWATCH_NODE_NAME")
-        .map_err(|e| anyhow::anyhow!("this test runs Pods on the ground's node: {e}"))?;
-    let argocd = ArgoCd::get(s.ground)?;
-    trust_registry(s.ground, &host)?;
+    let (registry, host, s, argocd) = node_scenario("argo-ms").await?;
     let image_repo = format!("argo/ms-{}", random_suffix());
     let image = format!("{host}/{image_repo}");
     registry.script(

@@ -12,9 +12,9 @@ use imagewatch_e2e::{
     argocd::{ArgoCd, SYNC_TIMEOUT},
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
-    node::{trust_registry, wait_pod_ready_with},
+    node::wait_pod_ready_with,
     operator::metric,
-    setup::{Scenario, TIMEOUT, create_secret, webhook_scenario},
+    setup::{Scenario, TIMEOUT, create_secret, node_scenario},
     wait_until,
 };
 use kube::Api;
@@ -154,12 +154,7 @@ spec:
 
 #[tokio::test]
 async fn an_application_set_preview_per_pull_request_follows_its_tags() -> anyhow::Result<()> {
-    let (registry, host, s, _) = webhook_scenario("argo-pv", &[]).await?;
-    s.ground
-        .var("IMAGEWATCH_NODE_NAME")
-        .map_err(|e| anyhow::anyhow!("this test runs Pods on the ground's node: {e}"))?;
-    let argocd = ArgoCd::get(s.ground)?;
-    trust_registry(s.ground, &host)?;
+    let (registry, host, s, argocd) = node_scenario("argo-pv").await?;
     let mut gitea = Gitea::start().await?;
     gitea.serve_git_over_https(s.ground)?;
     let image_repo = format!("argo/web-{}", random_suffix());

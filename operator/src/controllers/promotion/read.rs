@@ -300,40 +300,14 @@ pub(super) fn utf8_files(files: Vec<(String, Vec<u8>)>) -> Vec<(String, String)>
         .collect()
 }
 
-/// The last commit (first-parent history, at most 1000 back) that changed `path`.
-pub(super) fn last_change(
-    repo: &git2::Repository,
-    head: Oid,
-    path: &str,
-) -> Result<Option<(String, jiff::Timestamp)>, git2::Error> {
-    let entry_at = |c: &git2::Commit<'_>| -> Option<Oid> {
-        c.tree()
-            .ok()?
-            .get_path(std::path::Path::new(path))
-            .ok()
-            .map(|e| e.id())
-    };
-    let mut commit = repo.find_commit(head)?;
-    let current = entry_at(&commit);
-    for _ in 0..1000 {
-        let Ok(parent) = commit.parent(0) else {
-            break;
-        };
-        if entry_at(&parent) != current {
-            break;
-        }
-        commit = parent;
-    }
-    let at = jiff::Timestamp::from_second(commit.time().seconds()).ok();
-    Ok(at.map(|at| (commit.id().to_string(), at)))
-}
-
 /// How many changes of `from.path` `gates.soakSince: FirstApplied` reads back (each one a
 /// state the source held), within the first 1000 commits of the source branch.
 pub(super) const SOURCE_HISTORY_CHANGES: usize = 64;
 
 /// The commits (first-parent history, newest first, at most `max` of them within 1000
-/// commits) that changed `path`, each with its time.
+/// commits) that changed `path`, each with its time. The first is the last change of what
+/// `path` holds at `head`; when none is found within 1000 commits, the oldest commit walked
+/// stands for it.
 pub(super) fn changes(
     repo: &git2::Repository,
     head: Oid,
@@ -367,6 +341,12 @@ pub(super) fn changes(
         };
         commit = parent;
         entry = parent_entry;
+    }
+    if found.is_empty()
+        && entry.is_some()
+        && let Some(at) = time(&commit)
+    {
+        found.push((commit.id(), at));
     }
     Ok(found)
 }
@@ -464,6 +444,7 @@ pub(super) async fn read_git(
             Err(e) => return Err(e.into()),
         };
         let mut commits = watch_commits;
+        let mut history = Vec::new();
         let source = match &from_path {
             Some(path) => {
                 let files = match repo.read_files_under(source_head, path) {
@@ -475,24 +456,33 @@ pub(super) async fn read_git(
                     }
                     Err(e) => return Err(e.into()),
                 };
-                let changed = last_change(repo.raw(), source_head, path.trim_matches('/'))
+                // One walk of the path's history: its last change, and with
+                // gates.soakSince FirstApplied the changes before it.
+                let trimmed = path.trim_matches('/');
+                let max = if source_history {
+                    SOURCE_HISTORY_CHANGES
+                } else {
+                    1
+                };
+                let walked = changes(repo.raw(), source_head, trimmed, max)
                     .map_err(|e| PromotionError::Internal(format!("git history: {e}")))?;
+                let changed = walked.first().map(|(c, at)| (c.to_string(), *at));
                 commits.extend(changed.as_ref().map(|(c, _)| c.clone()));
+                if source_history {
+                    for (i, (commit, at)) in walked.iter().enumerate() {
+                        // The last change holds what the head holds: read once.
+                        let files = if i == 0 {
+                            files.clone()
+                        } else {
+                            utf8_files(repo.read_files_under(*commit, trimmed)?)
+                        };
+                        history.push((commit.to_string(), *at, files));
+                    }
+                }
                 Some((files, changed))
             }
             None => None,
         };
-        let mut history = Vec::new();
-        if let (Some(path), true) = (&from_path, source_history) {
-            let git = |e: git2::Error| PromotionError::Internal(format!("git history: {e}"));
-            let path = path.trim_matches('/');
-            for (commit, at) in
-                changes(repo.raw(), source_head, path, SOURCE_HISTORY_CHANGES).map_err(git)?
-            {
-                let files = utf8_files(repo.read_files_under(commit, path)?);
-                history.push((commit.to_string(), at, files));
-            }
-        }
         let containment = revision.map(|rev| containment(repo.raw(), &rev, &commits));
         Ok(GitRead {
             base_head,
