@@ -46,6 +46,17 @@ pub mod reason {
     /// The operator's clone cache has no space (or quota) left: nothing was committed; the
     /// message names the directory. Retried until space is freed.
     pub const CACHE_FULL: &str = "CacheFull";
+    /// An unexpected failure talking to the Kubernetes API (or a bug): retried with backoff;
+    /// the message says what failed.
+    pub const INTERNAL_ERROR: &str = "InternalError";
+    /// `PullRequestOpen`: the watch's pull request was opened by this reconcile.
+    pub const OPENED: &str = "Opened";
+    /// `PullRequestOpen`: the watch's pull request is open and already proposes the tag.
+    pub const OPEN: &str = "Open";
+    /// `PullRequestOpen`: the watch's pull request was closed (Git already holds the tag).
+    pub const CLOSED: &str = "Closed";
+    /// `PullRequestOpen`: the watch's pull request was merged; none is open.
+    pub const MERGED: &str = "Merged";
     /// `spec.suspend` is true: nothing is written.
     pub const SUSPENDED: &str = "Suspended";
     /// The pinned tag does not exist in the registry.

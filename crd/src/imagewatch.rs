@@ -144,7 +144,8 @@ pub struct ImageWatchSpec {
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"), length(max = 32))]
     pub interval: Option<String>,
 
-    /// Registry credentials. Omitted: anonymous access.
+    /// Registry credentials. Omitted: anonymous access, except for an ECR image
+    /// (`<account>.dkr.ecr.<region>.amazonaws.com/…`), read with the operator's AWS identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials: Option<RegistryCredentials>,
 
@@ -298,7 +299,8 @@ pub enum DigestMode {
 #[serde(rename_all = "camelCase")]
 pub struct RegistryCredentials {
     /// `generic` (a dockerconfigjson Secret or anonymous) or `aws` (ECR through the operator's
-    /// AWS identity). Defaults to `generic`.
+    /// AWS identity; a `secretRef` beside it is not used). Defaults to `aws` for an ECR image
+    /// without `secretRef`, else `generic`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<RegistryProvider>,
     /// A `kubernetes.io/dockerconfigjson` Secret in this namespace.
@@ -372,6 +374,7 @@ pub struct WorkloadTarget {
 #[serde(rename_all = "camelCase")]
 pub struct KustomizeTarget {
     /// Directory holding `kustomization.yaml`.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(max = 1024))]
     pub path: String,
     /// The entry's `name` (the image name used in the base manifests). Defaults to
@@ -388,6 +391,7 @@ pub struct KustomizeTarget {
 #[serde(rename_all = "camelCase")]
 pub struct HelmTarget {
     /// Values file, relative to the repository root.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("file must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(min = 1, max = 1024))]
     pub file: String,
     /// Dotted key path of the tag, e.g. `canary.image.tag`.
@@ -402,6 +406,7 @@ pub struct HelmTarget {
 #[serde(rename_all = "camelCase")]
 pub struct ArgocdSourceTarget {
     /// Directory of the Application's source.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(max = 1024))]
     pub path: String,
     /// Argo CD Application name.
@@ -451,6 +456,11 @@ pub struct ImageWatchStatus {
     /// The change in Git by someone else the watch holds to (see `spec.onGitChange`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<HeldChange>,
+    /// The last value of the annotation `imagewatch.dev/requestedAt` the operator acted on:
+    /// a new value asks for an immediate re-check (registry listed afresh, Git compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub last_handled_requested_at: Option<String>,
     /// `Ready` summarises the watch; its reason says what happened. For a pattern image it is
     /// `True` only when every member is up to date, else `MembersNotReady` names the first
     /// members that are not.

@@ -153,6 +153,7 @@ pub struct PromotionSource {
     /// `images:` of its kustomization, the `kustomize.images` of its
     /// `.argocd-source-*.yaml` files and the containers of its workloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("!self.startsWith('/') && !self.split('/').exists(s, s == '..')").message("path must be relative to the repository root and must not contain '..'")))]
     #[schemars(length(max = 1024))]
     pub path: Option<String>,
     /// Branch `path` is read from (and, for the `application` gate, the history the
@@ -344,6 +345,11 @@ pub struct PromotionPolicyStatus {
     /// The generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The last value of the annotation `imagewatch.dev/requestedAt` the operator acted on:
+    /// a new value asks for an immediate re-check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub last_handled_requested_at: Option<String>,
     /// Human-readable source (selector or path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,

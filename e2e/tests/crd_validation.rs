@@ -134,6 +134,53 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
             ),
             "path must be relative",
         ),
+        // Every path field refuses `..` and absolute paths the same way.
+        (
+            "kustomize path with ..",
+            watch_yaml(
+                &ns.name,
+                "kdots",
+                "",
+                "    kustomize: {path: apps/../../etc}",
+            ),
+            "path must be relative to the repository root and must not contain '..'",
+        ),
+        (
+            "absolute helm values file",
+            watch_yaml(
+                &ns.name,
+                "habs",
+                "",
+                "    helm: {file: /etc/values.yaml, tag: image.tag}",
+            ),
+            "file must be relative to the repository root and must not contain '..'",
+        ),
+        (
+            "argocd source path with ..",
+            watch_yaml(
+                &ns.name,
+                "adots",
+                "",
+                "    argocdSource: {path: \"..\", application: app}",
+            ),
+            "path must be relative to the repository root and must not contain '..'",
+        ),
+        (
+            "promotion from.path with ..",
+            format!(
+                r#"apiVersion: imagewatch.dev/v1alpha1
+kind: PromotionPolicy
+metadata: {{name: pdots, namespace: {ns}}}
+spec:
+  from: {{path: apps/../../secrets}}
+  to:
+    git: {{url: https://git.example.com/org/manifests.git}}
+    path: apps/prod
+"#,
+                ns = ns.name
+            ),
+            "path must be relative to the repository root and must not contain '..'",
+        ),
     ];
     for (what, yaml, expected) in cases {
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;

@@ -219,7 +219,8 @@ pub struct RunArgs {
     /// Reconciles doing registry and API work at once (per resource kind). Bounds memory and
     /// the load on the API server and registries when many watches wake together (start,
     /// shard takeover). An ImageWatch reconcile waiting for its commit to be pushed holds no
-    /// slot; up to 32 times this many may wait at once.
+    /// slot: up to 8 times this many reconciles run at once, those beyond it waiting for a
+    /// slot or for their push.
     #[arg(
         long,
         env = "IMAGEWATCH_MAX_CONCURRENT_RECONCILES",

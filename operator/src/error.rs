@@ -136,7 +136,7 @@ impl ReconcileError {
             Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
             Self::Git(_) => reason::GIT_ERROR,
             Self::Forge(_) => reason::FORGE_ERROR,
-            Self::Kube(_) | Self::Internal(_) => "InternalError",
+            Self::Kube(_) | Self::Internal(_) => reason::INTERNAL_ERROR,
         }
     }
 
@@ -272,7 +272,7 @@ impl PromotionError {
             Self::NotAllowed(_) => common_reason::NOT_ALLOWED,
             Self::Git(_) => common_reason::GIT_ERROR,
             Self::Forge(_) => promotion_reason::FORGE_ERROR,
-            Self::Kube(_) | Self::Internal(_) => "InternalError",
+            Self::Kube(_) | Self::Internal(_) => reason::INTERNAL_ERROR,
             Self::Other(e) => e.reason(),
         }
     }

@@ -21,6 +21,7 @@ pub mod pattern;
 pub mod platforms;
 pub mod policy;
 pub mod promotion;
+pub mod recheck;
 pub mod refused;
 pub mod signature;
 pub mod status;

@@ -158,7 +158,19 @@ pub async fn resolve(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let labelled = secrets
         .list(&ListParams::default().labels(&format!("{CREDENTIALS_LABEL}=true")))
-        .await?;
+        .await
+        .map_err(|e| match e {
+            // The default install may not list Secrets (least privilege): say which chart
+            // value grants it instead of an internal error.
+            kube::Error::Api(status) if status.code == 403 => {
+                ReconcileError::CredentialsNotFound(format!(
+                    "the operator may not list the Secrets labelled {CREDENTIALS_LABEL}=true in \
+                     {namespace} that hold Git credentials for a watch without spec.git: set the \
+                     chart value rbac.gitFromArgocd=true, or set spec.git with a secretRef"
+                ))
+            }
+            e => e.into(),
+        })?;
     let secret = best_credentials(&labelled.items, &source.repo_url).map(|s| s.name_any());
     Ok((source, secret))
 }

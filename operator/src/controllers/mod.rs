@@ -7,6 +7,7 @@
 
 pub mod imagewatch;
 pub mod promotion;
+pub mod recheck;
 mod services;
 pub use services::SecretReader;
 pub mod sweep;

@@ -36,7 +36,7 @@ use serde_json::Value;
 pub use markers::{Marker, MarkerPart, PathStep, find_markers, rewrite_markers};
 
 use crate::manifests::ImageRef;
-use crate::policy::{Order, PolicyError, TagPolicy};
+use crate::policy::{PolicyError, TagPolicy};
 
 /// One object read from a file or from the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -125,22 +125,7 @@ pub fn translate(inputs: &Inputs, options: &Options) -> Imported {
 ///
 /// The policy error a watch with these rules would report.
 pub fn tag_policy(rules: &TagRules) -> Result<TagPolicy, PolicyError> {
-    let order = match rules.order.unwrap_or_default() {
-        TagOrder::Semver => Order::Semver,
-        TagOrder::Newest => Order::Newest,
-        TagOrder::Alphabetical => Order::Alphabetical,
-        TagOrder::Numerical => Order::Numerical,
-    };
-    let policy = TagPolicy::new(
-        rules.pattern.as_deref().unwrap_or(""),
-        rules.exclude.as_deref().unwrap_or(&[]),
-        order,
-        rules.extract.as_deref(),
-    )?;
-    match rules.pick.unwrap_or_default() {
-        TagPick::Highest => Ok(policy),
-        TagPick::Lowest => policy.prefer_least(),
-    }
+    TagPolicy::from_rules(rules)
 }
 
 /// For `--rewrite-markers`: per file, the lines whose Flux marker becomes an imagewatch marker,

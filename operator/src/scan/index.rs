@@ -327,6 +327,26 @@ impl RepositoryIndex {
         known
     }
 
+    /// Marks stale every scan of `registry` whose repository `repository` accepts, and every
+    /// listing of `registry`: the next caller scans (lists) afresh. For a re-check asked for
+    /// by a person.
+    pub fn refresh(&self, registry: &str, repository: impl Fn(&str) -> bool) {
+        {
+            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, entry) in entries.iter() {
+                if key.registry == registry && repository(&key.repository) {
+                    entry.mark_stale();
+                }
+            }
+        }
+        let catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, entry) in catalogs.iter() {
+            if key.registry == registry {
+                entry.mark_stale();
+            }
+        }
+    }
+
     /// Forgets the scans and listings no watch references any more: those `keep_scan` and
     /// `keep_catalog` refuse. A scan in progress is not disturbed (its callers hold the entry).
     /// Returns how many were forgotten.

@@ -198,6 +198,13 @@ fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS)
 }
 
+/// The kind of object a count is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `ImageWatch` or `PromotionPolicy`.
+    pub kind: String,
+}
+
 /// Outcome label of one reconcile.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReconcileLabels {
@@ -405,6 +412,8 @@ pub struct Metrics {
     pub shards: Gauge,
     /// Admin freezes in force (keys of the freeze ConfigMap: the cluster, namespaces).
     pub freezes: Gauge,
+    /// Re-checks asked for with the annotation `imagewatch.dev/requestedAt`, by kind.
+    pub recheck_requests: Family<KindLabels, Counter>,
     /// Requests that waited for a registry's rate limit, by registry.
     pub registry_rate_limit_waits: Family<RateLimitLabels, Counter>,
     /// Seconds requests spent waiting for a registry's rate limit, by registry.
@@ -567,6 +576,12 @@ impl Metrics {
             "Admin freezes in force (keys of the freeze ConfigMap: cluster, namespace.<name>)",
             freezes.clone(),
         );
+        let recheck_requests = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "recheck_requests",
+            "Re-checks asked for with the annotation imagewatch.dev/requestedAt, by kind",
+            recheck_requests.clone(),
+        );
         let registry_rate_limit_waits = Family::<RateLimitLabels, Counter>::default();
         registry.register(
             "registry_rate_limit_waits",
@@ -715,6 +730,7 @@ impl Metrics {
             watch_not_ready_seconds_max,
             shards,
             freezes,
+            recheck_requests,
             registry_rate_limit_waits,
             registry_rate_limit_wait_seconds,
             promotions,

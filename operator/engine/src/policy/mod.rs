@@ -286,6 +286,31 @@ impl TagPolicy {
         Ok(self)
     }
 
+    /// The policy of an ImageWatch's `spec.tags` (its defaults: every tag, semver order,
+    /// the highest wins).
+    ///
+    /// # Errors
+    /// What [`new`](Self::new) and [`prefer_least`](Self::prefer_least) refuse.
+    pub fn from_rules(tags: &imagewatch_crd::TagRules) -> Result<Self, PolicyError> {
+        use imagewatch_crd::{TagOrder, TagPick};
+        let order = match tags.order.unwrap_or_default() {
+            TagOrder::Semver => Order::Semver,
+            TagOrder::Newest => Order::Newest,
+            TagOrder::Alphabetical => Order::Alphabetical,
+            TagOrder::Numerical => Order::Numerical,
+        };
+        let policy = Self::new(
+            tags.pattern.as_deref().unwrap_or(""),
+            tags.exclude.as_deref().unwrap_or(&[]),
+            order,
+            tags.extract.as_deref(),
+        )?;
+        match tags.pick.unwrap_or_default() {
+            TagPick::Highest => Ok(policy),
+            TagPick::Lowest => policy.prefer_least(),
+        }
+    }
+
     /// The order this policy was built with.
     #[must_use]
     pub fn order(&self) -> Order {

@@ -349,6 +349,7 @@ pub fn pattern_status<E: Failure>(
             None => previous.pull_request.clone(),
         },
         held: None,
+        last_handled_requested_at: previous.last_handled_requested_at.clone(),
         conditions: super::held::held_condition(
             conditions::merge_condition(&previous.conditions, condition),
             outcome.members.iter().find_map(|m| match &m.outcome {

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use imagewatch_crd::LatestImage;
+use imagewatch_crd::conditions::reason;
 
 use crate::forge::PullRequest;
 use crate::refused::Refused;
@@ -89,11 +90,11 @@ impl PrAction {
     /// The `PullRequestOpen` condition reason.
     pub fn condition_reason(self) -> &'static str {
         match self {
-            Self::Opened => "Opened",
-            Self::Updated => "Updated",
-            Self::Unchanged => "Open",
-            Self::Closed => "Closed",
-            Self::NotNeeded => "UpToDate",
+            Self::Opened => reason::OPENED,
+            Self::Updated => reason::UPDATED,
+            Self::Unchanged => reason::OPEN,
+            Self::Closed => reason::CLOSED,
+            Self::NotNeeded => reason::UP_TO_DATE,
         }
     }
 }

@@ -35,6 +35,7 @@ pub fn build_status<E: Failure>(
         latest: previous.latest.clone().filter(|_| !pattern),
         applied: previous.applied.clone().filter(|_| !pattern),
         member_count: previous.member_count.filter(|_| pattern),
+        last_handled_requested_at: previous.last_handled_requested_at.clone(),
         members_ready: previous.members_ready.filter(|_| pattern),
         members: if pattern {
             previous.members.clone()
@@ -74,7 +75,7 @@ pub fn build_status<E: Failure>(
         // Nothing open any more: the reason keeps saying how the last one ended.
         let reason = match (delivered.action, &next.pull_request) {
             (PrAction::NotNeeded, Some(p)) if p.state == "closed" => "Closed",
-            (PrAction::NotNeeded, Some(p)) if p.state == "merged" => "Merged",
+            (PrAction::NotNeeded, Some(p)) if p.state == "merged" => reason::MERGED,
             (action, _) => action.condition_reason(),
         };
         let mut condition =

@@ -107,12 +107,13 @@ pub(super) async fn rules(
         )));
     }
 
-    // 2. dereference
-    let creds = match &credentials.secret_ref {
-        Some(secret) => {
+    // 2. dereference (through ECR's API, the operator's AWS identity: a pull Secret named
+    // beside `provider: aws` is not used, so not read, and its absence fails nothing)
+    let creds = match (&credentials.secret_ref, use_ecr) {
+        (Some(secret), false) => {
             secrets::registry_credentials(&ctx.secrets, &namespace, &secret.name, registry).await?
         }
-        None => Credentials::Anonymous,
+        _ => Credentials::Anonymous,
     };
     if !use_ecr {
         ctx.announcer

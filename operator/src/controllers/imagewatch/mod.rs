@@ -56,6 +56,7 @@ use kube::{
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
+use crate::controllers::recheck;
 use crate::scan::index::CatalogKey;
 use crate::writer::WriteRequest;
 use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::ReconcileLabels};
@@ -122,6 +123,14 @@ async fn reconcile_holding_slot(
     ctx: &Context,
 ) -> Result<Action, ReconcileError> {
     let started = std::time::Instant::now();
+    let handled_before = watch
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_requested_at.as_deref());
+    let recheck = recheck::pending(watch.annotations(), handled_before);
+    if recheck.is_some() {
+        recheck::refresh_scans(&ctx.index, &watch.spec.image);
+    }
     let result = reconcile_watch(watch, ctx).await;
     let outcome_label = match &result {
         Ok(reconciled) => reconciled.metric_label(),
@@ -150,7 +159,23 @@ async fn reconcile_holding_slot(
             ),
         );
     }
+    new_status.last_handled_requested_at =
+        recheck::handled_after(recheck.as_deref(), handled_before);
     publish_events(watch, &result, &new_status, &ctx.recorder).await;
+    if let Some(value) = &recheck {
+        let found = conditions::ready_of(Some(&new_status))
+            .map(|c| format!("Ready={} {}", c.status, c.reason))
+            .unwrap_or_default();
+        recheck::report(
+            &ctx.recorder,
+            &ctx.metrics,
+            &crate::controllers::object_ref(watch),
+            "ImageWatch",
+            value,
+            &found,
+        )
+        .await;
+    }
     // The finalizer goes once no open pull request is recorded (after a successful step).
     if result.is_ok()
         && pull_request::has_finalizer(watch)

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use imagewatch_crd::{ImageWatch, RegistryProvider, TagOrder, TagPick};
+use imagewatch_crd::{ImageWatch, RegistryProvider};
 use imagewatch_engine::platforms::Platform;
 use kube::ResourceExt;
 
@@ -34,23 +34,9 @@ pub(super) struct ValidatedRules {
 pub(super) fn validate_rules(watch: &ImageWatch) -> Result<ValidatedRules, ReconcileError> {
     let spec = &watch.spec;
     let tags = spec.tags.clone().unwrap_or_default();
-    let order = match tags.order.unwrap_or_default() {
-        TagOrder::Semver => policy::Order::Semver,
-        TagOrder::Newest => policy::Order::Newest,
-        TagOrder::Alphabetical => policy::Order::Alphabetical,
-        TagOrder::Numerical => policy::Order::Numerical,
-    };
-    let policy = TagPolicy::new(
-        tags.pattern.as_deref().unwrap_or(""),
-        tags.exclude.as_deref().unwrap_or(&[]),
-        order,
-        tags.extract.as_deref(),
-    )
-    .and_then(|policy| match tags.pick.unwrap_or_default() {
-        TagPick::Highest => Ok(policy),
-        TagPick::Lowest => policy.prefer_least(),
-    })
-    .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
+    let policy = TagPolicy::from_rules(&tags)
+        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
+    let order = policy.order();
     let Some(interval) = parse_duration(spec.interval_or_default()) else {
         return Err(ReconcileError::InvalidSpec(format!(
             "spec.interval {:?} is not a duration",

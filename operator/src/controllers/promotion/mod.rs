@@ -80,6 +80,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::secrets;
 use crate::controllers::parse_duration;
+use crate::controllers::recheck;
 use crate::controllers::{Context, SecretReader};
 use crate::{
     forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest},
@@ -359,6 +360,11 @@ async fn reconcile(
         return finalize(policy, key, &FinalizerContext::of(&shared)).await;
     }
     let mut finalizer_present = has_finalizer(policy.meta());
+    let handled_before = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_requested_at.as_deref());
+    let recheck = recheck::pending(policy.annotations(), handled_before);
     let result = reconcile_policy(policy, &shared, &mut finalizer_present).await;
     let outcome_label = match &result {
         Ok(o) => match &o.delivery {
@@ -398,8 +404,27 @@ async fn reconcile(
         })
         .inc();
     let now = Time(jiff::Timestamp::now());
-    let new_status = build_status(policy, &result, &now);
+    let mut new_status = build_status(policy, &result, &now);
+    new_status.last_handled_requested_at =
+        recheck::handled_after(recheck.as_deref(), handled_before);
     publish_events(policy, &result, &new_status, &shared.ctx.recorder).await;
+    if let Some(value) = &recheck {
+        let found = new_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| format!("Ready={} {}", c.status, c.reason))
+            .unwrap_or_default();
+        recheck::report(
+            &shared.ctx.recorder,
+            &shared.ctx.metrics,
+            &policy.object_ref(&()),
+            "PromotionPolicy",
+            value,
+            &found,
+        )
+        .await;
+    }
     let change = finalizer_change(
         finalizer_present,
         wants_finalizer(&new_status),
