@@ -13,9 +13,11 @@ default:
 build:
     cargo build --workspace --all-targets
 
-# Write the generated CRDs into the chart (from the Rust types in crd/).
+# Write the generated files: the CRDs into the chart (from the Rust types in crd/) and the
+# chart README's values table (from values.yaml and values.schema.json).
 generate:
     cargo run -q -p imagewatch -- crds --out-dir charts/imagewatch/crds
+    IMAGEWATCH_UPDATE_DOCS=1 cargo test -q -p imagewatch --test docs the_chart_readme_values_table >/dev/null
 
 # Format check and clippy with warnings as errors.
 lint:
@@ -57,6 +59,13 @@ cluster-down:
 # ground's registry (`just testground-up` first); prints the reference.
 image:
     e2e/scripts/image.sh push
+
+# A release: the release image pushed to REGISTRY/imagewatch:VERSION and the chart (version
+# and appVersion VERSION, its default image that one) pushed to oci://REGISTRY/charts.
+# Install it with `helm install imagewatch oci://REGISTRY/charts/imagewatch --version VERSION`.
+# REGISTRY_USER / REGISTRY_PASSWORD log in when set; REGISTRY_INSECURE=1 allows plain HTTP.
+release registry version:
+    e2e/scripts/release.sh "{{registry}}" "{{version}}"
 
 # `helm install --wait` of charts/imagewatch on the ground's node with the image of
 # `just image`, using chart values only; prints `kubectl get pods`.

@@ -9,6 +9,7 @@
 
 pub mod argocd;
 pub mod bench;
+pub mod chart;
 pub mod disk;
 pub mod faultproxy;
 pub mod gitea;

@@ -83,6 +83,16 @@ pub struct Release {
 }
 
 impl Release {
+    fn new(ground: &Ground, name: &str, namespace: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            output: String::new(),
+            kubeconfig: ground.kubeconfig.clone(),
+            state: ground.state.clone(),
+        }
+    }
+
     /// `install.sh` with `image`, then `values` (YAML, applied last).
     pub fn install(
         ground: &Ground,
@@ -91,14 +101,30 @@ impl Release {
         image: &str,
         values: &str,
     ) -> anyhow::Result<Self> {
-        let mut release = Self {
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            output: String::new(),
-            kubeconfig: ground.kubeconfig.clone(),
-            state: ground.state.clone(),
-        };
+        let mut release = Self::new(ground, name, namespace);
         release.output = helm_upgrade(ground, name, namespace, image, values)?;
+        Ok(release)
+    }
+
+    /// `install.sh` of the chart `chart` (e.g. `oci://…/charts/imagewatch` of a release) with
+    /// its default image (no image value), then `helm_args` (e.g. `--version`).
+    pub fn install_chart(
+        ground: &Ground,
+        name: &str,
+        namespace: &str,
+        chart: &str,
+        helm_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut release = Self::new(ground, name, namespace);
+        release.output = install_sh(
+            ground,
+            (name, namespace),
+            helm_args,
+            &[
+                ("IMAGEWATCH_INSTALL_CHART", chart),
+                ("IMAGEWATCH_IMAGE", "chart"),
+            ],
+        )?;
         Ok(release)
     }
 
@@ -141,14 +167,30 @@ pub fn helm_upgrade(
 ) -> anyhow::Result<String> {
     let file = tempfile::Builder::new().suffix(".yaml").tempfile()?;
     std::fs::write(file.path(), values)?;
+    let path = file.path().display().to_string();
+    install_sh(
+        ground,
+        (name, namespace),
+        &["-f", &path],
+        &[("IMAGEWATCH_IMAGE", image)],
+    )
+}
+
+/// `install.sh ARGS` of release `name` in `namespace` with `env`; its output (stderr, then
+/// stdout).
+fn install_sh(
+    ground: &Ground,
+    (name, namespace): (&str, &str),
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> anyhow::Result<String> {
     let out = Command::new(repo_root().join("e2e/scripts/install.sh"))
-        .arg("-f")
-        .arg(file.path())
+        .args(args)
         .env("IMAGEWATCH_E2E_STATE", &ground.state)
         .env("KUBECONFIG", &ground.kubeconfig)
         .env("IMAGEWATCH_INSTALL_NAMESPACE", namespace)
         .env("IMAGEWATCH_INSTALL_RELEASE", name)
-        .env("IMAGEWATCH_IMAGE", image)
+        .envs(env.iter().copied())
         .output()?;
     let text = format!(
         "{}{}",

@@ -13,7 +13,12 @@ use std::{
 };
 
 use anyhow::{Context as _, bail, ensure};
-use imagewatch_e2e::{Ground, TestNamespace, ground::random_suffix, ground::repo_root};
+use imagewatch_e2e::{
+    Ground, TestNamespace,
+    chart::{chart_dir, documents, helm, kind, render},
+    ground::random_suffix,
+    ground::repo_root,
+};
 use serde_json::Value;
 
 /// Values turning on every optional part of the chart.
@@ -82,51 +87,10 @@ topologySpreadConstraints:
     labelSelector: {matchLabels: {app.kubernetes.io/name: imagewatch}}
 "#;
 
-fn chart_dir() -> PathBuf {
-    repo_root().join("charts/imagewatch")
-}
-
-/// Runs helm; returns (success, stdout, stderr).
-fn helm(args: &[&str]) -> anyhow::Result<(bool, String, String)> {
-    let ground = Ground::get()?;
-    let out = Command::new(ground.helm()?)
-        .args(args)
-        .output()
-        .context("running helm")?;
-    Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
 fn values_file(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     let path = dir.join(name);
     std::fs::write(&path, text)?;
     Ok(path.display().to_string())
-}
-
-/// `helm template` of the chart; `values` are extra `-f` files.
-fn render(release: &str, namespace: &str, values: &[&str]) -> anyhow::Result<String> {
-    let chart = chart_dir().display().to_string();
-    let mut args = vec!["template", release, &chart, "--namespace", namespace];
-    for v in values {
-        args.extend(["-f", v]);
-    }
-    let (ok, out, err) = helm(&args)?;
-    ensure!(ok, "helm template {values:?} failed:\n{err}");
-    Ok(out)
-}
-
-/// The rendered documents, as JSON values.
-fn documents(rendered: &str) -> anyhow::Result<Vec<Value>> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(rendered)
-        .map_err(|e| anyhow::anyhow!("rendered chart is not YAML: {e}"))?;
-    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
-}
-
-fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
 fn one<'a>(docs: &'a [Value], k: &str) -> anyhow::Result<&'a Value> {

@@ -627,3 +627,48 @@ fn sample_chart_values_pass_the_schema() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Every chart values file of every sample (`values.yaml`, `values-*.yaml`) renders with the
+/// chart's schema, and the EKS recipe's ServiceAccount is the one its trust policies name
+/// (`system:serviceaccount:imagewatch:imagewatch`: release `imagewatch` in namespace
+/// `imagewatch`).
+#[test]
+fn every_sample_values_file_renders_and_names_the_trusted_service_account() -> anyhow::Result<()> {
+    let mut files = Vec::new();
+    for dir in sample_dirs()? {
+        for entry in std::fs::read_dir(&dir)?.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "values.yaml" || (name.starts_with("values-") && name.ends_with(".yaml")) {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    ensure!(
+        files
+            .iter()
+            .any(|f| f.to_string_lossy().contains("eks-ecr/values-irsa")),
+        "no samples/eks-ecr/values-irsa.yaml among {files:?}"
+    );
+    for file in &files {
+        let path = file.display().to_string();
+        let rendered = imagewatch_e2e::chart::render("imagewatch", "imagewatch", &[&path])
+            .with_context(|| path.clone())?;
+        let docs = imagewatch_e2e::chart::documents(&rendered)?;
+        if path.contains("eks-ecr/values-irsa") {
+            let account = imagewatch_e2e::chart::kind(&docs, "ServiceAccount")
+                .into_iter()
+                .next()
+                .cloned()
+                .context("no ServiceAccount rendered")?;
+            assert_eq!(account["metadata"]["name"], "imagewatch", "{path}");
+            assert!(
+                account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with("arn:aws:iam::")),
+                "{path}: no IRSA role annotation"
+            );
+        }
+    }
+    Ok(())
+}
