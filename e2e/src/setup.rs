@@ -230,15 +230,21 @@ pub async fn create_git_secret(
 
 /// Creates the Secret `argo-git`: the git server's HTTPS credentials for watches whose Git
 /// location comes from their Argo CD Application (labelled `imagewatch.dev/git-credentials`,
-/// for the URL prefix of the ground's git server).
+/// for the URL prefix of the ground's git server). Finding it needs `list` on Secrets, which
+/// the chart grants only with `rbac.gitFromArgocd=true`: the scenario's RBAC is rendered
+/// with it, as such an install would be.
 pub async fn create_argocd_git_secret(
-    client: &Client,
-    ns: &str,
+    s: &Scenario,
     git: &crate::ground::GitServer,
 ) -> anyhow::Result<()> {
+    s.ground.install_chart_rbac_with(
+        &format!("iw-{}", s.ns.name),
+        &s.ns.name,
+        &["rbac.gitFromArgocd=true"],
+    )?;
     create_secret_with(
-        client,
-        ns,
+        &s.admin,
+        &s.ns.name,
         "argo-git",
         "Opaque",
         &[("username", &git.user), ("token", &git.token)],

@@ -91,7 +91,7 @@ async fn a_watch_synced_with_label_tracking_writes_where_its_application_deploys
     registry.script("push-image.sh", &[&format!("{image_repo}:v1.0.0")])?;
 
     let git = s.ground.git()?;
-    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
+    create_argocd_git_secret(&s, &git).await?;
     // The Application deploys apps/my-api (a plain directory: the watch); the watch's
     // overlay lies below it, so its path is relative to the Application's.
     let watch = format!(

@@ -71,7 +71,7 @@ async fn a_values_file_in_a_ref_source_is_written_where_it_lives_and_deployed() 
     )?;
     let git = s.ground.git()?;
     // Credentials for the ground's git server, for watches whose location Argo CD gives.
-    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
+    create_argocd_git_secret(&s, &git).await?;
 
     let chart_repo = format!("ms-chart-{}", s.ns.name);
     let chart_url = git.new_repo(

@@ -43,7 +43,7 @@ spec:
         ns = s.ns.name
     ))?;
     // Credentials for the URL prefix (the base URL of the ground's git server).
-    create_argocd_git_secret(&s.admin, &s.ns.name, &git).await?;
+    create_argocd_git_secret(&s, &git).await?;
 
     // No spec.git; the tracking annotation names `<namespace>_<application>`.
     s.apply(&format!(
