@@ -219,6 +219,7 @@ fn the_dashboard_is_a_sidecar_configmap_with_the_first_panels() -> anyhow::Resul
     // What people look at first, each by the metric behind it.
     for metric in [
         "imagewatch_push_to_commit_seconds_bucket",
+        "imagewatch_push_stage_seconds_bucket",
         "imagewatch_watch_conditions",
         "imagewatch_commits_total",
         "imagewatch_git_pushes_total",

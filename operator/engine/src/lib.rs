@@ -24,6 +24,7 @@ pub mod promotion;
 pub mod recheck;
 pub mod refused;
 pub mod signature;
+pub mod stages;
 pub mod status;
 pub mod values;
 pub mod windows;

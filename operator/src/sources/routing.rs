@@ -20,6 +20,7 @@ use kube::{
 use tokio::sync::mpsc;
 
 use crate::{registry::RepositoryRef, sources::RegistryEvent, telemetry::EventLabels};
+pub use imagewatch_engine::stages::PushStages;
 
 /// The watches of `store` whose image is `event`'s repository, or a pattern matching it (so
 /// a new repository becomes a member at once). Pure over the store's snapshot.
@@ -116,50 +117,77 @@ pub const EVENT_FRESHNESS: Duration = Duration::from_secs(600);
 /// repositories that never lead to a commit cannot grow it further).
 pub const MAX_PENDING_EVENTS: usize = 10_000;
 
-/// When each repository last had an event, for the event → commit latency metric. Bounded:
-/// entries older than [`EVENT_FRESHNESS`] are dropped, and at most [`MAX_PENDING_EVENTS`]
-/// are kept.
+/// Each repository's unhandled event and the stages it has reached so far (see
+/// [`PushStages`]), for the push → commit latency and the per-stage times. Bounded: entries
+/// older than [`EVENT_FRESHNESS`] are dropped, and at most [`MAX_PENDING_EVENTS`] are kept.
 #[derive(Default)]
 pub struct PendingEvents {
-    since: std::sync::Mutex<HashMap<(String, String), Instant>>,
+    since: std::sync::Mutex<HashMap<(String, String), PushStages>>,
+}
+
+/// A stage a reconcile reaches for a repository with a pending event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The repository's tags are listed.
+    Listed,
+    /// The tag to write is chosen.
+    Selected,
 }
 
 impl PendingEvents {
-    /// Remembers the first unhandled event for a repository.
-    pub fn mark(&self, registry: &str, repository: &str) {
-        self.mark_at(registry, repository, Instant::now());
+    /// Remembers the first unhandled event for a repository, received (taken by the router)
+    /// at `received` and routed now.
+    pub fn mark(&self, registry: &str, repository: &str, received: Instant) {
+        self.mark_at(registry, repository, received, Instant::now());
     }
 
-    /// [`Self::mark`] at `now`.
-    pub fn mark_at(&self, registry: &str, repository: &str, now: Instant) {
+    /// [`Self::mark`], routed at `now`.
+    pub fn mark_at(&self, registry: &str, repository: &str, received: Instant, now: Instant) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
         if since.len() >= MAX_PENDING_EVENTS {
-            since.retain(|_, at| fresh(*at, now).is_some());
+            since.retain(|_, at| fresh(at.received, now).is_some());
         }
         let key = (registry.to_string(), repository.to_string());
         let full = since.len() >= MAX_PENDING_EVENTS;
         match since.get_mut(&key) {
-            Some(at) if fresh(*at, now).is_some() => {}
-            Some(at) => *at = now,
+            Some(at) if fresh(at.received, now).is_some() => {}
+            Some(at) => *at = PushStages::new(received, now),
             None if !full => {
-                since.insert(key, now);
+                since.insert(key, PushStages::new(received, now));
             }
             None => {}
         }
     }
 
-    /// The time from the repository's pending event to now, when there is one and it is
-    /// fresh; the entry is removed either way.
-    pub fn take(&self, registry: &str, repository: &str) -> Option<Duration> {
+    /// Records that a reconcile reached `stage` for the repository (the first one to does).
+    pub fn stage(&self, registry: &str, repository: &str, stage: Stage) {
+        self.stage_at(registry, repository, stage, Instant::now());
+    }
+
+    /// [`Self::stage`] at `now`.
+    pub fn stage_at(&self, registry: &str, repository: &str, stage: Stage, now: Instant) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = since.get_mut(&(registry.to_string(), repository.to_string())) {
+            let slot = match stage {
+                Stage::Listed => &mut at.listed,
+                Stage::Selected => &mut at.selected,
+            };
+            slot.get_or_insert(now);
+        }
+    }
+
+    /// The repository's pending event and its stages, when there is one and it is fresh; the
+    /// entry is removed either way.
+    pub fn take(&self, registry: &str, repository: &str) -> Option<PushStages> {
         self.take_at(registry, repository, Instant::now())
     }
 
     /// [`Self::take`] at `now`.
-    pub fn take_at(&self, registry: &str, repository: &str, now: Instant) -> Option<Duration> {
+    pub fn take_at(&self, registry: &str, repository: &str, now: Instant) -> Option<PushStages> {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
         since
             .remove(&(registry.to_string(), repository.to_string()))
-            .and_then(|at| fresh(at, now))
+            .filter(|at| fresh(at.received, now).is_some())
     }
 
     /// Repositories remembered.
@@ -203,6 +231,7 @@ pub async fn route(
 ) {
     let mut policies = Policies::default();
     while let Some(event) = events.recv().await {
+        let received = Instant::now();
         let routed = watches_for(&store.state(), &event, &mut policies);
         let targets = routed.wake;
         let outcome = match (targets.is_empty(), routed.referenced) {
@@ -248,8 +277,11 @@ pub async fn route(
             // No reconcile follows, so no commit will be this event's doing.
             continue;
         }
-        ctx.pending()
-            .mark(&event.registry.to_ascii_lowercase(), &event.repository);
+        ctx.pending().mark(
+            &event.registry.to_ascii_lowercase(),
+            &event.repository,
+            received,
+        );
         for target in targets {
             if reconcile.send(target).await.is_err() {
                 return;
@@ -266,37 +298,67 @@ mod tests {
     fn only_fresh_events_are_observed_and_pending_events_are_bounded() {
         let p = PendingEvents::default();
         let t0 = Instant::now();
-        p.mark_at("r", "a", t0);
+        let took = |p: &PendingEvents, repo: &str, now: Instant| {
+            p.take_at("r", repo, now)
+                .map(|s| now.duration_since(s.received))
+        };
+        p.mark_at("r", "a", t0, t0);
         // A second event does not restart the clock of a fresh one.
-        p.mark_at("r", "a", t0 + Duration::from_secs(5));
+        p.mark_at(
+            "r",
+            "a",
+            t0 + Duration::from_secs(5),
+            t0 + Duration::from_secs(5),
+        );
         assert_eq!(
-            p.take_at("r", "a", t0 + Duration::from_secs(7)),
+            took(&p, "a", t0 + Duration::from_secs(7)),
             Some(Duration::from_secs(7))
         );
-        assert_eq!(p.take_at("r", "a", t0 + Duration::from_secs(8)), None);
+        assert_eq!(took(&p, "a", t0 + Duration::from_secs(8)), None);
         // Days later, a commit is not the event's doing: nothing observed, entry gone.
-        p.mark_at("r", "b", t0);
-        assert_eq!(p.take_at("r", "b", t0 + EVENT_FRESHNESS * 2), None);
+        p.mark_at("r", "b", t0, t0);
+        assert_eq!(took(&p, "b", t0 + EVENT_FRESHNESS * 2), None);
         assert!(p.is_empty());
         // A stale entry is replaced by a new event's time.
-        p.mark_at("r", "c", t0);
+        p.mark_at("r", "c", t0, t0);
         let later = t0 + EVENT_FRESHNESS * 3;
-        p.mark_at("r", "c", later);
+        p.mark_at("r", "c", later, later);
         assert_eq!(
-            p.take_at("r", "c", later + Duration::from_secs(1)),
+            took(&p, "c", later + Duration::from_secs(1)),
             Some(Duration::from_secs(1))
         );
         // Bounded: stale entries are dropped to make room, fresh ones are never exceeded.
         for i in 0..MAX_PENDING_EVENTS {
-            p.mark_at("r", &format!("old-{i}"), t0);
+            p.mark_at("r", &format!("old-{i}"), t0, t0);
         }
         assert_eq!(p.len(), MAX_PENDING_EVENTS);
-        p.mark_at("r", "new", t0 + EVENT_FRESHNESS * 2);
+        let fresh_at = t0 + EVENT_FRESHNESS * 2;
+        p.mark_at("r", "new", fresh_at, fresh_at);
         assert_eq!(p.len(), 1);
         for i in 0..MAX_PENDING_EVENTS + 5 {
-            p.mark_at("r", &format!("burst-{i}"), later);
+            p.mark_at("r", &format!("burst-{i}"), later, later);
         }
         assert!(p.len() <= MAX_PENDING_EVENTS);
+    }
+
+    #[test]
+    fn a_pending_event_keeps_the_first_listing_and_choice_of_its_repository() {
+        let p = PendingEvents::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // No event: nothing recorded.
+        p.stage_at("r", "a", Stage::Listed, t0);
+        assert!(p.is_empty());
+        p.mark_at("r", "a", t0, t0 + ms(1));
+        p.stage_at("r", "a", Stage::Listed, t0 + ms(20));
+        // A second watch of the repository lists later: the first listing stays.
+        p.stage_at("r", "a", Stage::Listed, t0 + ms(30));
+        p.stage_at("r", "a", Stage::Selected, t0 + ms(21));
+        let stages = p.take_at("r", "a", t0 + ms(40)).expect("pending");
+        assert_eq!(stages.routed, t0 + ms(1));
+        assert_eq!(stages.listed, Some(t0 + ms(20)));
+        assert_eq!(stages.selected, Some(t0 + ms(21)));
+        assert_eq!(stages.committed, None);
     }
 
     fn watch(name: &str, image: &str) -> Arc<DeserializeGuard<ImageWatch>> {

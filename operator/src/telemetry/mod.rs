@@ -198,6 +198,16 @@ fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS)
 }
 
+/// The stage labels of `imagewatch_push_stage_seconds`, in order.
+pub use imagewatch_engine::stages::STAGES as PUSH_STAGES;
+
+/// The stage of a push a time is about.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// `routed`, `listed`, `selected`, `committed`, `pushed` or `status_written`.
+    pub stage: String,
+}
+
 /// The kind of object a count is about.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
@@ -383,6 +393,10 @@ pub struct Metrics {
     pub events: Family<EventLabels, Counter>,
     /// Seconds from a registry event to the commit it caused being pushed.
     pub push_to_commit_seconds: Histogram,
+    /// Seconds a push spent in each stage, from the stage before (received → routed →
+    /// listed → selected → committed → pushed → status written), for watches of one
+    /// repository.
+    pub push_stage_seconds: Family<StageLabels, Histogram, fn() -> Histogram>,
     /// Seconds from a registry event to every Argo CD Application deploying the commit it
     /// caused being Synced at it and Healthy.
     pub push_to_running_seconds: Histogram,
@@ -529,6 +543,23 @@ impl Metrics {
             "push_to_commit_seconds",
             "Seconds from a registry event to the commit it caused being pushed",
             push_to_commit_seconds.clone(),
+        );
+        let push_stage_seconds: Family<StageLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| {
+                Histogram::new([
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ])
+            });
+        // Every stage's series exists from the start (a dashboard shows zeros, not nothing).
+        for stage in PUSH_STAGES {
+            let _ = push_stage_seconds.get_or_create(&StageLabels {
+                stage: stage.to_owned(),
+            });
+        }
+        registry.register(
+            "push_stage_seconds",
+            "Seconds a registry push spent in each stage, from the stage before: routed, listed, selected, committed, pushed, status_written",
+            push_stage_seconds.clone(),
         );
         let push_to_running_seconds = Histogram::new([
             0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -716,6 +747,7 @@ impl Metrics {
             commits,
             events,
             push_to_commit_seconds,
+            push_stage_seconds,
             push_to_running_seconds,
             argocd_refreshes,
             deployments,

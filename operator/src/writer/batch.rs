@@ -365,6 +365,13 @@ pub(crate) fn write_batch(
                 let mut outcome =
                     finish(requests, planned, Some(c.clone()), c, attempt, rejections)
                         .with_pushed(Some(commit.to_string()));
+                // The instants of the push's stages (imagewatch_push_stage_seconds).
+                let pushed_at = Instant::now();
+                for result in outcome.results.iter_mut().flatten() {
+                    if result.commit.is_some() {
+                        result.pushed = Some((pushing, pushed_at));
+                    }
+                }
                 outcome.pushed_head = (dest.push_branch.is_none()).then_some(commit);
                 return outcome;
             }
@@ -451,6 +458,7 @@ fn finish(
         .map(|(_, p)| match p {
             Planned::Failed(e) => Err(e),
             Planned::Done(d) => Ok(WriteResult {
+                pushed: None,
                 held: d.held,
                 commit: commit.clone().filter(|_| d.contributes),
                 current_after: if d.contributes && commit.is_some() {
@@ -498,6 +506,7 @@ fn fail_contributors(
             Planned::Failed(e) => Err(e),
             Planned::Done(d) if d.contributes => Err(ReconcileError::Git(error.duplicate())),
             Planned::Done(d) => Ok(WriteResult {
+                pushed: None,
                 current_after: d.before.clone(),
                 current_before: d.before,
                 file: d.file,

@@ -825,6 +825,7 @@ mod tests {
 
     fn answer(head: &str) -> WriteResult {
         WriteResult {
+            pushed: None,
             file: "values.yaml".into(),
             current_before: "app:1".into(),
             current_after: "app:1".into(),

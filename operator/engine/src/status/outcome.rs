@@ -48,6 +48,8 @@ pub struct WriteResult {
     /// Git holds a change someone else made, which this write did not overwrite
     /// (`spec.onGitChange`); `changed_needed` is then false.
     pub held: Option<crate::held::Hold>,
+    /// When the writer made the commit and when its push went through, when it pushed one.
+    pub pushed: Option<(std::time::Instant, std::time::Instant)>,
 }
 
 /// What was done with the pull request.
@@ -129,6 +131,9 @@ pub struct Outcome {
     pub refused: Option<Box<Refused>>,
     /// With `spec.git.pullRequest`: what was done with the pull request.
     pub pull_request: Option<Delivered>,
+    /// A commit a registry event led to: where the push's time went so far (the status
+    /// write is the last stage).
+    pub stages: Option<crate::stages::PushStages>,
 }
 
 /// What one reconcile found and did for one member of a pattern watch.

@@ -302,6 +302,7 @@ mod tests {
                 appeared_from: None,
             },
             write: Some(WriteResult {
+                pushed: None,
                 file: "apps/d.yaml".into(),
                 current_before: before.into(),
                 current_after: after.into(),
@@ -316,6 +317,7 @@ mod tests {
             waiting: None,
             refused: None,
             pull_request: None,
+            stages: None,
         }
     }
 

@@ -104,6 +104,7 @@ mod tests {
 
     fn written(file: &str, before: &str, after: &str, commit: Option<&str>) -> WriteResult {
         WriteResult {
+            pushed: None,
             file: file.into(),
             current_before: before.into(),
             current_after: after.into(),
@@ -430,6 +431,7 @@ mod tests {
             member(
                 "svc/a/api",
                 Ok(WriteResult {
+                    pushed: None,
                     changed_needed: true,
                     desired: "r.io/svc/a/api:v2".into(),
                     ..written("f", "r.io/svc/a/api:v1", "r.io/svc/a/api:v1", None)

@@ -58,6 +58,7 @@ use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
 use crate::scan::index::CatalogKey;
+use crate::sources::routing::{PushStages, Stage};
 use crate::writer::WriteRequest;
 use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::ReconcileLabels};
 use dereference::{
@@ -184,6 +185,13 @@ async fn reconcile_holding_slot(
         pull_request::remove_finalizer(&ctx.client, watch).await?;
     }
     patch_status_if_changed(watch, new_status, &ctx.client).await?;
+    if let Ok(Reconciled::Single(Outcome {
+        stages: Some(stages),
+        ..
+    })) = &result
+    {
+        observe_stages(ctx, stages);
+    }
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
     match result {
@@ -385,7 +393,10 @@ async fn reconcile_pattern(
         if let Ok(w) = &write
             && let Some(commit) = &w.commit
         {
-            let pushed = pushed_at(ctx, &pattern.registry, &results[i].repository);
+            // Per-stage times are counted for watches of one repository only: a pattern's
+            // members are listed and chosen together.
+            let pushed =
+                push_stages(ctx, &pattern.registry, &results[i].repository, w).map(|s| s.received);
             match &mut followed {
                 None => followed = Some((commit.clone(), vec![w.file.clone()], pushed)),
                 Some((first, files, at)) if first == commit => {
@@ -492,6 +503,8 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let git = resolve_git(watch, dereference).await?;
     let me = prepare(watch, dereference, scan).await?;
     let spec = &watch.spec;
+    let stage = |stage| ctx.pending.stage(&me.repo.registry, &me.repo.path, stage);
+    stage(Stage::Listed);
 
     // 3b. select: the watch's own choice, or its group's.
     let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
@@ -508,6 +521,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         )
         .await?;
     let latest = me.latest(scan, &tag, digest.as_deref());
+    stage(Stage::Selected);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
     let pr_settings = spec
@@ -543,6 +557,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             waiting: group.and_then(|g| g.waiting),
             refused: refused.map(Box::new),
             pull_request: Some(delivered),
+            stages: None,
         });
     }
     let location = (mine.url.clone(), mine.branch.clone(), mine.auth.clone());
@@ -574,15 +589,16 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
                 .await?
         }
     };
+    let mut stages = None;
     if let Some(commit) = &write.commit {
-        let pushed_at = pushed_at(ctx, &me.repo.registry, &me.repo.path);
+        stages = push_stages(ctx, &me.repo.registry, &me.repo.path, &write);
         follow_commit(
             watch,
             ctx,
             location,
             commit,
             vec![write.file.clone()],
-            pushed_at,
+            stages.map(|s| s.received),
         );
     }
     Ok(Outcome {
@@ -592,17 +608,39 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
         waiting: group.and_then(|g| g.waiting),
         refused: refused.map(Box::new),
         pull_request: None,
+        stages,
     })
 }
 
-/// When the registry push that led to this commit was seen (and the push → commit latency
-/// counted), if an event started it.
-fn pushed_at(ctx: &Context, registry: &str, repository: &str) -> Option<std::time::Instant> {
-    let since = ctx.pending.take(registry, repository)?;
+/// The stages of the registry push that led to this commit, if an event started it (the
+/// writer's commit and push instants added); the push → commit latency is counted.
+fn push_stages(
+    ctx: &Context,
+    registry: &str,
+    repository: &str,
+    write: &imagewatch_engine::status::WriteResult,
+) -> Option<PushStages> {
+    let mut stages = ctx.pending.take(registry, repository)?;
+    if let Some((committed, pushed)) = write.pushed {
+        stages.committed = Some(committed);
+        stages.pushed = Some(pushed);
+    }
     ctx.metrics
         .push_to_commit_seconds
-        .observe(since.as_secs_f64());
-    std::time::Instant::now().checked_sub(since)
+        .observe(stages.received.elapsed().as_secs_f64());
+    Some(stages)
+}
+
+/// Counts where the push's time went, its status now written.
+fn observe_stages(ctx: &Context, stages: &PushStages) {
+    for (stage, spent) in stages.durations(Some(std::time::Instant::now())) {
+        ctx.metrics
+            .push_stage_seconds
+            .get_or_create(&crate::telemetry::StageLabels {
+                stage: stage.to_owned(),
+            })
+            .observe(spent.as_secs_f64());
+    }
 }
 
 /// Hands a commit of this reconcile to the deployment tracker, which asks Argo CD to refresh
