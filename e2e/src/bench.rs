@@ -239,6 +239,66 @@ pub fn metric_sum(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 
         .sum()
 }
 
+/// The `q` quantile (0–1) of the histogram `name` restricted to the series with label
+/// `label`, over what was observed between two expositions of a process's metrics
+/// (interpolated within its bucket, as Prometheus' `histogram_quantile` does); `None` when
+/// nothing was observed in between.
+pub fn histogram_quantile_between(
+    before: &str,
+    after: &str,
+    name: &str,
+    label: (&str, &str),
+    q: f64,
+) -> Option<f64> {
+    let prefix = format!("{name}_bucket{{");
+    let wanted = format!("{}=\"{}\"", label.0, label.1);
+    let buckets = |text: &str| -> Vec<(f64, f64)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .filter_map(|l| l.split_once('}'))
+            .filter(|(labels, _)| labels.split(',').any(|kv| kv == wanted))
+            .filter_map(|(labels, value)| {
+                let le = labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("le=\""))?
+                    .trim_end_matches('"');
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
+                Some((le, value.split_whitespace().next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let old: BTreeMap<u64, f64> = buckets(before)
+        .into_iter()
+        .map(|(le, n)| (le.to_bits(), n))
+        .collect();
+    let mut delta: Vec<(f64, f64)> = buckets(after)
+        .into_iter()
+        .map(|(le, n)| (le, n - old.get(&le.to_bits()).copied().unwrap_or(0.0)))
+        .collect();
+    delta.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = total * q;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (le, count) in delta {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower);
+            }
+            let within = (count - below).max(f64::MIN_POSITIVE);
+            return Some(lower + (le - lower) * (rank - below) / within);
+        }
+        (lower, below) = (le, count);
+    }
+    None
+}
+
 /// Requests the API server served, by `VERB resource[/subresource]`, read from the
 /// `apiserver_request_total` counter of its `/metrics`.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -618,5 +678,25 @@ mod tests {
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(10_000), "10,000");
         assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_quantile_is_read_from_the_histogram_difference() {
+        let name = "imagewatch_push_stage_seconds";
+        let before = "imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"0.01\"} 1\n\
+                      imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"0.1\"} 1\n\
+                      imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"+Inf\"} 1\n";
+        let after = "imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"0.01\"} 1\n\
+                     imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"0.1\"} 5\n\
+                     imagewatch_push_stage_seconds_bucket{stage=\"pushed\",le=\"+Inf\"} 5\n\
+                     imagewatch_push_stage_seconds_bucket{stage=\"listed\",le=\"0.01\"} 9\n";
+        // Four new observations, all in (0.01, 0.1]: the median halfway through the bucket.
+        let p50 = histogram_quantile_between(before, after, name, ("stage", "pushed"), 0.5)
+            .expect("observed");
+        assert!((p50 - 0.055).abs() < 1e-9, "{p50}");
+        assert_eq!(
+            histogram_quantile_between(after, after, name, ("stage", "pushed"), 0.5),
+            None
+        );
     }
 }

@@ -20,7 +20,7 @@ use imagewatch_e2e::{
     NotifyingRegistry,
     bench::{
         ApiRequests, Latencies, ProcessSample, RegistryRequests, count_registry_requests,
-        metric_sum, parse_push_sizes,
+        histogram_quantile_between, metric_sum, parse_push_sizes,
     },
     ground::random_suffix,
     oci_push::{BaseImage, ImagePusher},
@@ -33,6 +33,7 @@ use crate::common::{
     CpuMark, Setup, applied_tag, deployment, file_len, ground_pid, manifest_path, read_range,
     up_to_date, watch_object,
 };
+use crate::floors::{self, GitTarget, PushFloor};
 
 /// One push scenario's size.
 #[derive(Debug, Clone, Copy)]
@@ -108,6 +109,12 @@ pub struct PushResult {
     pub requests: RegistryRequests,
     /// API requests served from the first push until every tag was committed.
     pub api: ApiRequests,
+    /// What the ground itself needs for the same pushes and commits (see `floors`), or why
+    /// it could not be measured.
+    pub floor: Result<PushFloor, String>,
+    /// The median of each stage of the operator's `imagewatch_push_stage_seconds` over the
+    /// pushes.
+    pub stages: Vec<(&'static str, Option<f64>)>,
 }
 
 /// How the driver and the operator authenticate to the scenario's registry.
@@ -387,6 +394,7 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         ("git server", ground_pid(&setup, "git-https")),
     ];
     let api_before = setup.api_requests().await?;
+    let metrics_before = operator.metrics().await?;
     let cpu_mark = CpuMark::now(&processes);
     let started = Instant::now();
     let pushed: HashMap<usize, Instant> = futures::stream::iter(0..n)
@@ -441,11 +449,45 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
             })
             .await?;
     }
+    let metrics_after = operator.metrics().await?;
+    let stages = imagewatch::telemetry::PUSH_STAGES
+        .iter()
+        .map(|stage| {
+            let p50 = histogram_quantile_between(
+                &metrics_before,
+                &metrics_after,
+                "imagewatch_push_stage_seconds",
+                ("stage", stage),
+                0.5,
+            );
+            (*stage, p50)
+        })
+        .collect();
     let peak_rss_kib = operator
         .pid()
         .and_then(ProcessSample::read)
         .map_or(0, |s| s.hwm_kib);
     drop(operator);
+
+    // The floor: the same pushes to a registry that tells a plain receiver, and the same
+    // commits made with the git CLI, on the same ground.
+    let tags: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let (_, repo, stream, _) = watch(i);
+            (repo.clone(), format!("{stream}-v1.1.0"))
+        })
+        .collect();
+    let files: Vec<Vec<String>> = (0..plan.git_repos)
+        .map(|g| {
+            (0..n)
+                .filter(|i| watch(*i).3 == g)
+                .map(|i| manifest_path(&watch(i).0))
+                .collect()
+        })
+        .collect();
+    let floor = push_floor(&setup, &plan, &prefix, &tags, &urls, files)
+        .await
+        .map_err(|e| format!("{e:#}"));
     // The registry's log (access log and notification deliveries) outlives its state dir.
     let kept = setup.ground.state.join("bench-pushes");
     if std::fs::create_dir_all(&kept).is_ok() {
@@ -464,6 +506,86 @@ pub async fn run(plan: PushPlan) -> anyhow::Result<PushResult> {
         peak_rss_kib,
         requests,
         api,
+        floor,
+        stages,
+    })
+}
+
+/// Rounds of the one-push floor (its medians); a scenario of many pushes has one.
+const ONE_PUSH_ROUNDS: usize = 5;
+
+/// The floor of a push scenario (see `floors`): `tags` pushed to a registry of the plan's
+/// kind notifying a plain receiver, and one commit of `files[g]` pushed to `urls[g]` with the
+/// git CLI per manifests repository, all at once.
+async fn push_floor(
+    setup: &Setup,
+    plan: &PushPlan,
+    prefix: &str,
+    tags: &[(String, String)],
+    urls: &[String],
+    files: Vec<Vec<String>>,
+) -> anyhow::Result<PushFloor> {
+    let rounds = if plan.pushes == 1 { ONE_PUSH_ROUNDS } else { 1 };
+    let (notify_url, received) = floors::notification_receiver().await?;
+    let registry = PushRegistry::start(plan.auth, &notify_url, "floor").await?;
+    let pusher = registry.pusher()?;
+    let base = BaseImage::new(&format!("{prefix}/base"));
+    pusher.upload_base(&base).await?;
+    let mut repos: Vec<&String> = tags.iter().map(|(r, _)| r).collect();
+    repos.sort();
+    repos.dedup();
+    futures::stream::iter(repos)
+        .map(|r| pusher.mount_base(&base, r))
+        .buffer_unordered(plan.concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut notify = Vec::new();
+    let mut notify_all_in = Duration::ZERO;
+    for round in 0..rounds {
+        let tags: Vec<(String, String)> = tags
+            .iter()
+            .map(|(r, t)| (r.clone(), format!("{t}-floor{round}")))
+            .collect();
+        let (latencies, all_in) =
+            floors::registry_floor(&pusher, &base, &tags, plan.concurrency, &received, DEADLINE)
+                .await?;
+        notify.extend(latencies);
+        notify_all_in = all_in;
+    }
+    // Git: clones first (not timed), then the commits.
+    let git = setup.ground.git()?;
+    let ca = PathBuf::from(setup.ground.var("IMAGEWATCH_GIT_CA_BUNDLE")?);
+    let work = tempfile::tempdir()?;
+    let mut targets = Vec::new();
+    for (g, (url, files)) in urls.iter().zip(files).enumerate() {
+        let authed = url.replacen(
+            "https://",
+            &format!("https://{}:{}@", git.user, git.token),
+            1,
+        );
+        let dir = work.path().join(format!("m{g}"));
+        floors::clone(&authed, &ca, &dir)?;
+        targets.push(GitTarget { dir, files });
+    }
+    let mut each = Vec::new();
+    let mut git_all_in = Duration::ZERO;
+    for round in 0..rounds {
+        let (durations, all_in) = floors::git_floor(&targets, &ca, round)?;
+        each.extend(durations);
+        git_all_in = all_in;
+    }
+    let median = |samples: Vec<Latencies>| {
+        let p50s: Vec<Duration> = samples
+            .iter()
+            .map(|l| Duration::from_secs_f64(l.p50))
+            .collect();
+        Latencies::of(&p50s)
+    };
+    Ok(PushFloor {
+        notify: median(notify),
+        notify_all_in,
+        git: Latencies::of(&each),
+        git_all_in,
     })
 }
 
