@@ -546,8 +546,10 @@ impl Metrics {
         );
         let push_stage_seconds: Family<StageLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(|| {
+                // Fine enough that a stage's median reads within a few ms up to 0.5 s.
                 Histogram::new([
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.125,
+                    0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
                 ])
             });
         // Every stage's series exists from the start (a dashboard shows zeros, not nothing).
