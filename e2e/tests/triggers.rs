@@ -98,14 +98,7 @@ async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> a
     );
     // Where those pushes' time went: every stage of a watch of one repository, from the
     // event to the status written after the push.
-    for stage in [
-        "routed",
-        "listed",
-        "selected",
-        "committed",
-        "pushed",
-        "status_written",
-    ] {
+    for stage in imagewatch::telemetry::PUSH_STAGES {
         let count = format!("imagewatch_push_stage_seconds_count{{stage=\"{stage}\"}}");
         assert!(metric(&metrics, &count) >= 2.0, "{count}:\n{metrics}");
     }
