@@ -518,7 +518,7 @@ fn translate_image(
         }
     }
     tag_rules.platforms = (!platforms.is_empty()).then_some(platforms);
-    if let Err(error) = super::tag_policy(&tag_rules) {
+    if let Err(error) = crate::policy::TagPolicy::from_rules(&tag_rules) {
         out.note(&at, Severity::NotTranslated, error.to_string());
         return;
     }

@@ -105,7 +105,7 @@ fn policy_rules(policy: &Value, source: &str, out: &mut Imported) -> Result<TagR
     } else {
         return Err("spec.policy names none of semver, alphabetical, numerical".into());
     };
-    super::tag_policy(&tag_rules).map_err(|e| e.to_string())?;
+    crate::policy::TagPolicy::from_rules(&tag_rules).map_err(|e| e.to_string())?;
     Ok(tag_rules)
 }
 

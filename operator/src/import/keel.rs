@@ -116,7 +116,7 @@ pub(super) fn translate(inputs: &Inputs, options: &Options, out: &mut Imported) 
                     }
                 },
             };
-            if let Err(error) = super::tag_policy(&tag_rules) {
+            if let Err(error) = crate::policy::TagPolicy::from_rules(&tag_rules) {
                 out.note(&at, Severity::NotTranslated, error.to_string());
                 continue;
             }

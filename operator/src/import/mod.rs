@@ -36,7 +36,6 @@ use serde_json::Value;
 pub use markers::{Marker, MarkerPart, PathStep, find_markers, rewrite_markers};
 
 use crate::manifests::ImageRef;
-use crate::policy::{PolicyError, TagPolicy};
 
 /// One object read from a file or from the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,15 +116,6 @@ pub fn translate(inputs: &Inputs, options: &Options) -> Imported {
     keel::translate(inputs, options, &mut out);
     dedupe_names(&mut out.watches);
     out
-}
-
-/// The policy a watch's tag rules give, built as the reconciler builds it.
-///
-/// # Errors
-///
-/// The policy error a watch with these rules would report.
-pub fn tag_policy(rules: &TagRules) -> Result<TagPolicy, PolicyError> {
-    TagPolicy::from_rules(rules)
 }
 
 /// For `--rewrite-markers`: per file, the lines whose Flux marker becomes an imagewatch marker,

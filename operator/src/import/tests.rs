@@ -68,7 +68,8 @@ fn chosen(watch: &ImageWatch, listing: &[TagInfo]) -> Option<String> {
         return listing.iter().any(|t| &t.tag == pin).then(|| pin.clone());
     }
     let rules = watch.spec.tags.clone().unwrap_or_default();
-    let policy = tag_policy(&rules).expect("a generated watch has a valid policy");
+    let policy =
+        crate::policy::TagPolicy::from_rules(&rules).expect("a generated watch has a valid policy");
     policy.select(listing).map(|t| t.tag.clone())
 }
 

@@ -296,20 +296,25 @@ impl RepositoryIndex {
         Ok(scan)
     }
 
+    /// Marks stale every scan of `registry` whose repository `repository` accepts; whether
+    /// there was one.
+    fn mark_scans_stale(&self, registry: &str, repository: impl Fn(&str) -> bool) -> bool {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = false;
+        for (key, entry) in entries.iter() {
+            if key.registry == registry && repository(&key.repository) {
+                entry.mark_stale();
+                known = true;
+            }
+        }
+        known
+    }
+
     /// Marks every scan of `registry`/`repository` stale, and every listing of `registry`
     /// that lacks `repository` (a new repository a pattern watch may match). Returns whether
     /// any scan of the repository was known.
     pub fn invalidate(&self, registry: &str, repository: &str) -> bool {
-        let mut known = false;
-        {
-            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            for (key, entry) in entries.iter() {
-                if key.registry == registry && key.repository == repository {
-                    entry.mark_stale();
-                    known = true;
-                }
-            }
-        }
+        let known = self.mark_scans_stale(registry, |r| r == repository);
         let catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
         for (key, entry) in catalogs.iter() {
             if key.registry != registry {
@@ -331,14 +336,7 @@ impl RepositoryIndex {
     /// listing of `registry`: the next caller scans (lists) afresh. For a re-check asked for
     /// by a person.
     pub fn refresh(&self, registry: &str, repository: impl Fn(&str) -> bool) {
-        {
-            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-            for (key, entry) in entries.iter() {
-                if key.registry == registry && repository(&key.repository) {
-                    entry.mark_stale();
-                }
-            }
-        }
+        self.mark_scans_stale(registry, repository);
         let catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
         for (key, entry) in catalogs.iter() {
             if key.registry == registry {

@@ -102,7 +102,7 @@ impl Policies {
         }
         self.built
             .entry(key)
-            .or_insert_with(|| crate::import::tag_policy(&rules).ok())
+            .or_insert_with(|| crate::policy::TagPolicy::from_rules(&rules).ok())
             .as_ref()
             .is_none_or(|policy| policy.matches(tag))
     }
@@ -167,6 +167,10 @@ impl PendingEvents {
     /// [`Self::stage`] at `now`.
     pub fn stage_at(&self, registry: &str, repository: &str, stage: Stage, now: Instant) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        // Every reconcile passes here; most have no pending event to record a stage of.
+        if since.is_empty() {
+            return;
+        }
         if let Some(at) = since.get_mut(&(registry.to_string(), repository.to_string())) {
             let slot = match stage {
                 Stage::Listed => &mut at.listed,
