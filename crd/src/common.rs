@@ -180,11 +180,52 @@ pub struct RefusedTag {
     /// Its manifest digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// `SignatureMissing`, `SignatureInvalid` or `PlatformMissing`.
+    /// The rule that refused it: `SignatureMissing`, `SignatureInvalid`, `PlatformMissing`
+    /// (in `refused`), and in `refusedTags` also `Pattern`, `Exclude`, `Range`, `NotOrderable`,
+    /// `Artifact`, `Pin` and `Group`.
     pub reason: String,
     /// Why.
     pub message: String,
 }
+
+/// One change an object made in Git (`status.history`, newest first).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeRecord {
+    /// The tag written.
+    pub tag: String,
+    /// The image it belongs to, when the object writes more than one: a pattern member's
+    /// repository, a promoted image's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Its manifest digest, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The commit that wrote it (on the push branch of a pull request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The pull request that proposes it, by URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<String>,
+    /// When it was written.
+    pub time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// What led to it: `Webhook` (a registry notification), `SQS` (an ECR event through
+    /// EventBridge and SQS), `Peer` (an event another replica received), `Poll` (the
+    /// interval, a re-check or a change of the object), `Promotion` (a PromotionPolicy's
+    /// gates passed).
+    pub trigger: String,
+    /// From the registry event to the commit, in seconds (triggers `Webhook`, `SQS`, `Peer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push_to_commit_seconds: Option<f64>,
+}
+
+/// How many changes `status.history` keeps.
+pub const HISTORY_LIMIT: usize = 10;
+
+/// How many refused tags `status.refusedTags` keeps.
+pub const REFUSED_TAGS_LIMIT: usize = 20;
 
 /// A time window of `spec.windows`: it starts at each time `schedule` names, in `timeZone`,
 /// and lasts `duration`. With any `Allow` window, changes are written only while one is

@@ -10,7 +10,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{GitSource, RefusedTag, SecretRef, Verify};
+use crate::common::{ChangeRecord, GitSource, RefusedTag, SecretRef, Verify};
 
 /// Follow new tags of one container image and write the chosen tag into one place in a Git
 /// repository of manifests.
@@ -72,6 +72,13 @@ use crate::common::{GitSource, RefusedTag, SecretRef, Verify};
             type_ = "string",
             json_path = ".status.conditions[?(@.type==\"Ready\")].status",
             description = "Ready condition"
+        ),
+        printcolumn(
+            name = "Changed",
+            type_ = "date",
+            json_path = ".status.history[0].time",
+            description = "When the last change was written to Git",
+            priority = "1"
         ),
         printcolumn(
             name = "Age",
@@ -450,6 +457,19 @@ pub struct ImageWatchStatus {
     /// chosen, or the only candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<RefusedTag>,
+    /// How many tags the registry listed at the last look (a watch of one repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags_listed: Option<i64>,
+    /// The tags the registry holds that rank above the one written (or every tag, when none
+    /// qualifies) and the first rule that refused each: the best 20, best first. What
+    /// `imagewatch explain` prints for "why not my tag?".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub refused_tags: Vec<RefusedTag>,
+    /// The last 10 changes written to Git, newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub history: Vec<ChangeRecord>,
     /// With `spec.git.pullRequest`: the pull request from the push branch, as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<WatchPullRequest>,

@@ -19,8 +19,8 @@ pub mod imagewatch;
 pub mod promotion;
 
 pub use common::{
-    CosignVerify, GitPullRequest, GitSource, KeylessVerify, RefusedTag, SecretRef, Verify, Window,
-    WindowKind,
+    ChangeRecord, CosignVerify, GitPullRequest, GitSource, KeylessVerify, RefusedTag, SecretRef,
+    Verify, Window, WindowKind,
 };
 #[cfg(feature = "kube")]
 pub use imagewatch::ImageWatch;

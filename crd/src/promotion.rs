@@ -66,6 +66,13 @@ use crate::imagewatch::OnGitChange;
             description = "Ready condition"
         ),
         printcolumn(
+            name = "Changed",
+            type_ = "date",
+            json_path = ".status.history[0].time",
+            description = "When the last promotion was written to Git",
+            priority = "1"
+        ),
+        printcolumn(
             name = "Age",
             type_ = "date",
             json_path = ".metadata.creationTimestamp"
@@ -375,6 +382,10 @@ pub struct PromotionPolicyStatus {
     /// The most recent promotions, newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub last_promotions: Vec<Promotion>,
+    /// The last 10 changes written to Git (one per promoted image), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub history: Vec<crate::common::ChangeRecord>,
     /// The images not proposed again because a commit the policy did not make changed them
     /// in the target after the policy promoted them (see `spec.onGitChange`), one per image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

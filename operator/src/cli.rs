@@ -1,5 +1,5 @@
 //! Command-line interface: `imagewatch run`, `imagewatch crds`, `imagewatch set-image`,
-//! `imagewatch import`.
+//! `imagewatch import`, `imagewatch explain`, `imagewatch test`.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -50,6 +50,20 @@ pub enum Command {
     ///
     /// Example: imagewatch import ./manifests > watches.yaml
     Import(ImportArgs),
+    /// Say what an ImageWatch or PromotionPolicy did and why: the tags considered and the
+    /// rule that refused each newer one, the tag chosen, what Git holds, what would be
+    /// written next, the last error, the next check and the last changes.
+    ///
+    /// Reads the object with your kubeconfig and RBAC only. Installed as kubectl-imagewatch,
+    /// this is `kubectl imagewatch explain`.
+    ///
+    /// Example: imagewatch explain shop/api --tag v1.4.3
+    Explain(crate::explain::ExplainArgs),
+    /// List an image's tags with your Docker credentials and print what a watch with these
+    /// tag rules would choose, and why each tag ranked above it would not be.
+    ///
+    /// Example: imagewatch test --image ghcr.io/org/app --pattern 'v*' --exclude '*-rc*'
+    Test(crate::explain::TestArgs),
 }
 
 /// Log output format.

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod controllers;
 pub mod error;
+pub mod explain;
 pub mod forge;
 pub mod git;
 pub mod import;

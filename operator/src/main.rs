@@ -1,5 +1,7 @@
 //! The `imagewatch` binary: the controller (`run`), CRD output (`crds`), the offline edit
-//! engine (`set-image`) and the importer of other tools' configuration (`import`).
+//! engine (`set-image`), the importer of other tools' configuration (`import`) and the
+//! explanations for people (`explain`, `test`). Named `kubectl-imagewatch`, it is the
+//! kubectl plugin `kubectl imagewatch`.
 
 use std::process::ExitCode;
 
@@ -14,6 +16,8 @@ fn main() -> ExitCode {
         Command::Crds(args) => imagewatch::cli::crds(&args),
         Command::SetImage(args) => imagewatch::cli::set_image(&args),
         Command::Import(args) => imagewatch::cli::import(&args),
+        Command::Explain(args) => imagewatch::explain::explain(&args),
+        Command::Test(args) => imagewatch::explain::test(&args),
         Command::Run(args) => {
             let config = args.into_config();
             imagewatch::telemetry::init_logging(config.telemetry.log_format);

@@ -10,11 +10,14 @@
 //! these decisions pure; `tests/purity.rs` fails when such a dependency appears.
 
 pub mod argocd;
+pub mod considered;
 pub mod duration;
 pub mod edit;
+pub mod explain;
 pub mod forge;
 pub mod group;
 pub mod held;
+pub mod history;
 pub mod manifests;
 pub mod members;
 pub mod pattern;

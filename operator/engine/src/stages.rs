@@ -22,9 +22,51 @@ pub const STAGES: [&str; 6] = [
     "status_written",
 ];
 
+/// What led a reconcile to a change: how its registry event arrived, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Trigger {
+    /// A registry's notification to the webhook.
+    #[default]
+    Webhook,
+    /// An ECR event through EventBridge and SQS.
+    Sqs,
+    /// An event another replica received and passed on.
+    Peer,
+    /// No event: the interval, a re-check, a change of the object.
+    Poll,
+    /// A PromotionPolicy's gates passed.
+    Promotion,
+}
+
+impl Trigger {
+    /// The trigger of an event from `source` (the event's source label).
+    #[must_use]
+    pub fn of_source(source: &str) -> Self {
+        match source {
+            "sqs" => Self::Sqs,
+            "peer" => Self::Peer,
+            _ => Self::Webhook,
+        }
+    }
+
+    /// As `status.history[].trigger` gives it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "Webhook",
+            Self::Sqs => "SQS",
+            Self::Peer => "Peer",
+            Self::Poll => "Poll",
+            Self::Promotion => "Promotion",
+        }
+    }
+}
+
 /// The instants of one push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushStages {
+    /// How the event arrived.
+    pub trigger: Trigger,
     /// The router took the event.
     pub received: Instant,
     /// The watches were woken.
@@ -44,6 +86,7 @@ impl PushStages {
     #[must_use]
     pub fn new(received: Instant, routed: Instant) -> Self {
         Self {
+            trigger: Trigger::Webhook,
             received,
             routed,
             listed: None,
@@ -51,6 +94,13 @@ impl PushStages {
             committed: None,
             pushed: None,
         }
+    }
+
+    /// From the event to the commit, when it was committed.
+    #[must_use]
+    pub fn push_to_commit(&self) -> Option<Duration> {
+        self.committed
+            .and_then(|at| at.checked_duration_since(self.received))
     }
 
     /// Each reached stage with the time since the stage reached before it, in order, ending
@@ -99,6 +149,7 @@ mod tests {
     fn the_stages_of_a_push_add_up_to_its_whole_time() {
         let t = Instant::now();
         let stages = PushStages {
+            trigger: Trigger::Webhook,
             received: t,
             routed: t + ms(1),
             listed: Some(t + ms(21)),

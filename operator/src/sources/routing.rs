@@ -20,7 +20,7 @@ use kube::{
 use tokio::sync::mpsc;
 
 use crate::{registry::RepositoryRef, sources::RegistryEvent, telemetry::EventLabels};
-pub use imagewatch_engine::stages::PushStages;
+pub use imagewatch_engine::stages::{PushStages, Trigger};
 
 /// The watches of `store` whose image is `event`'s repository, or a pattern matching it (so
 /// a new repository becomes a member at once). Pure over the store's snapshot.
@@ -137,12 +137,27 @@ pub enum Stage {
 impl PendingEvents {
     /// Remembers the first unhandled event for a repository, received (taken by the router)
     /// at `received` and routed now.
-    pub fn mark(&self, registry: &str, repository: &str, received: Instant) {
-        self.mark_at(registry, repository, received, Instant::now());
+    pub fn mark(&self, registry: &str, repository: &str, received: Instant, trigger: Trigger) {
+        self.mark_with(registry, repository, received, trigger, Instant::now());
     }
 
-    /// [`Self::mark`], routed at `now`.
+    /// [`Self::mark`] of a webhook event, routed at `now`.
     pub fn mark_at(&self, registry: &str, repository: &str, received: Instant, now: Instant) {
+        self.mark_with(registry, repository, received, Trigger::Webhook, now);
+    }
+
+    fn mark_with(
+        &self,
+        registry: &str,
+        repository: &str,
+        received: Instant,
+        trigger: Trigger,
+        now: Instant,
+    ) {
+        let stages = PushStages {
+            trigger,
+            ..PushStages::new(received, now)
+        };
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
         if since.len() >= MAX_PENDING_EVENTS {
             since.retain(|_, at| fresh(at.received, now).is_some());
@@ -151,9 +166,9 @@ impl PendingEvents {
         let full = since.len() >= MAX_PENDING_EVENTS;
         match since.get_mut(&key) {
             Some(at) if fresh(at.received, now).is_some() => {}
-            Some(at) => *at = PushStages::new(received, now),
+            Some(at) => *at = stages,
             None if !full => {
-                since.insert(key, PushStages::new(received, now));
+                since.insert(key, stages);
             }
             None => {}
         }
@@ -285,6 +300,7 @@ pub async fn route(
             &event.registry.to_ascii_lowercase(),
             &event.repository,
             received,
+            Trigger::of_source(event.source),
         );
         for target in targets {
             if reconcile.send(target).await.is_err() {

@@ -105,6 +105,11 @@ impl Glob {
         })
     }
 
+    /// The glob as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// Whether the glob matches the whole of `text`.
     pub fn matches(&self, text: &str) -> bool {
         // Classic greedy matcher with a single backtrack point: when a later token fails, the most

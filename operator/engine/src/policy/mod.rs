@@ -217,6 +217,8 @@ pub fn validate_pattern(pattern: &str) -> Result<(), PolicyError> {
 /// A compiled tag policy. Cheap to clone; build it once per spec change, not per poll.
 #[derive(Clone, Debug)]
 pub struct TagPolicy {
+    /// The pattern as written (for messages).
+    pattern_text: String,
     pattern: Pattern,
     exclude: Vec<Glob>,
     order: Order,
@@ -245,6 +247,7 @@ impl TagPolicy {
         extract: Option<&str>,
     ) -> Result<Self, PolicyError> {
         let names_artifacts = pattern.contains("sha256-");
+        let pattern_text = pattern.trim().to_owned();
         let pattern = Pattern::parse(pattern)?;
         let exclude = exclude
             .iter()
@@ -263,6 +266,7 @@ impl TagPolicy {
             },
         };
         Ok(TagPolicy {
+            pattern_text,
             pattern,
             exclude,
             order,
@@ -360,6 +364,109 @@ impl TagPolicy {
         ranked
     }
 
+    /// The first of the tag rules that leaves `tag` out, or `None` when it is a candidate:
+    /// a supply-chain artifact tag, an `exclude` glob, the pattern (a `semver:` range apart),
+    /// then the order (a value it cannot read). The same checks as [`select`](Self::select),
+    /// in that order.
+    #[must_use]
+    pub fn rule_refusal(&self, info: &TagInfo) -> Option<RuleRefusal> {
+        let tag = info.tag.as_str();
+        if !self.names_artifacts && is_artifact_tag(tag) {
+            return Some(RuleRefusal::Artifact);
+        }
+        if let Some(glob) = self.exclude.iter().find(|glob| glob.matches(tag)) {
+            return Some(RuleRefusal::Exclude(glob.source().to_owned()));
+        }
+        if !self.pattern.matches(tag) {
+            let in_range =
+                matches!(self.pattern, Pattern::Semver(_)) && parse_version(tag).is_some();
+            return Some(if in_range {
+                RuleRefusal::Range(self.pattern_text.clone())
+            } else {
+                RuleRefusal::Pattern(self.pattern_text.clone())
+            });
+        }
+        if self.select(std::slice::from_ref(info)).is_none() {
+            return Some(RuleRefusal::NotOrderable(self.order));
+        }
+        None
+    }
+
+    /// The listed tags that rank above `chosen` (every tag with a rank, when nothing is
+    /// chosen), best first, each with the rule that leaves it out (`None`: a candidate the
+    /// rules admit, left out by something else — a signature, a platform, a pin, a group).
+    ///
+    /// Tags outside the rules are ranked by the same order on what they would be compared
+    /// by (a glob's wildcard part, a regex's `extract`, else the whole tag), so `v2.0.0` ranks
+    /// above `v1.9.0` whatever the pattern; a tag the order cannot read at all (`latest` under
+    /// `Semver`) ranks nowhere and is not listed.
+    #[must_use]
+    pub fn ranked_above(
+        &self,
+        tags: &[TagInfo],
+        chosen: Option<&TagInfo>,
+    ) -> Vec<(TagInfo, Option<RuleRefusal>)> {
+        let bar = chosen.map(|c| (self.loose_rank(c), c));
+        let beats = |rank: &Rank, info: &TagInfo| match &bar {
+            None => true,
+            Some((None, _)) => true,
+            Some((Some(bar_rank), bar_info)) => {
+                if info.tag == bar_info.tag {
+                    return false;
+                }
+                let by_rank = rank.cmp(bar_rank);
+                let by_rank = if self.least {
+                    by_rank.reverse()
+                } else {
+                    by_rank
+                };
+                by_rank.then_with(|| tie_break(info, bar_info)) == Ordering::Greater
+            }
+        };
+        let mut above: Vec<(Rank, &TagInfo)> = tags
+            .iter()
+            .filter_map(|info| self.loose_rank(info).map(|rank| (rank, info)))
+            .filter(|(rank, info)| beats(rank, info))
+            .collect();
+        above.sort_by(|(a_rank, a), (b_rank, b)| {
+            let by_rank = a_rank.cmp(b_rank);
+            let by_rank = if self.least {
+                by_rank.reverse()
+            } else {
+                by_rank
+            };
+            by_rank.then_with(|| tie_break(a, b)).reverse()
+        });
+        above
+            .into_iter()
+            .map(|(_, info)| (info.clone(), self.rule_refusal(info)))
+            .collect()
+    }
+
+    /// What the order compares for `info`, read leniently: the value [`select`](Self::select)
+    /// would order where the rules admit the tag, else the part a pattern would compare.
+    fn loose_rank(&self, info: &TagInfo) -> Option<Rank> {
+        let tag = info.tag.as_str();
+        let value: Cow<'_, str> = match (&self.pattern, &self.extract) {
+            (Pattern::Regex(regex), Some(template)) => regex
+                .captures(tag)
+                .map_or(Cow::Borrowed(tag), |c| Cow::Owned(template.expand(&c))),
+            (Pattern::Glob(glob), _) => Cow::Borrowed(glob.variable_part(tag).unwrap_or(tag)),
+            _ => Cow::Borrowed(tag),
+        };
+        match self.order {
+            Order::Semver => parse_version(&value).map(|v| {
+                Rank::Version(semver::Version {
+                    build: semver::BuildMetadata::EMPTY,
+                    ..v
+                })
+            }),
+            Order::Numerical => Decimal::parse(&value).map(Rank::Number),
+            Order::Alphabetical => Some(Rank::Text(value.into_owned())),
+            Order::Newest => info.pushed_at.map(Rank::Time),
+        }
+    }
+
     fn is_excluded(&self, tag: &str) -> bool {
         (!self.names_artifacts && is_artifact_tag(tag))
             || self.exclude.iter().any(|glob| glob.matches(tag))
@@ -400,6 +507,67 @@ impl TagPolicy {
             })
             .map(|(_, info)| info)
     }
+}
+
+/// The first tag rule that leaves a tag out (see [`TagPolicy::rule_refusal`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleRefusal {
+    /// A signature, attestation or SBOM tag, and the pattern names none.
+    Artifact,
+    /// The `exclude` glob (as written) that matches it.
+    Exclude(String),
+    /// The pattern (as written) does not match it.
+    Pattern(String),
+    /// A version outside the `semver:` range (the pattern as written).
+    Range(String),
+    /// The order cannot read its value (not a version, not a number, no push time).
+    NotOrderable(Order),
+}
+
+impl RuleRefusal {
+    /// The rule's name, as `status.refusedTags[].reason` gives it.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Artifact => "Artifact",
+            Self::Exclude(_) => "Exclude",
+            Self::Pattern(_) => "Pattern",
+            Self::Range(_) => "Range",
+            Self::NotOrderable(_) => "NotOrderable",
+        }
+    }
+
+    /// Why, in words (after the tag).
+    #[must_use]
+    pub fn message(&self) -> String {
+        match self {
+            Self::Artifact => {
+                "is a signature, attestation or SBOM tag (a pattern naming sha256- admits it)".into()
+            }
+            Self::Exclude(glob) => format!("matches exclude {glob:?}"),
+            Self::Pattern(pattern) => format!("does not match pattern {pattern:?}"),
+            Self::Range(pattern) => format!("is a version outside the range {pattern:?}"),
+            Self::NotOrderable(Order::Semver) => {
+                "is not a version, so order Semver cannot place it (set spec.tags.extract or another order)".into()
+            }
+            Self::NotOrderable(Order::Numerical) => {
+                "is not a number, so order Numerical cannot place it".into()
+            }
+            Self::NotOrderable(Order::Newest) => {
+                "has no push time yet, so order Newest cannot place it".into()
+            }
+            Self::NotOrderable(Order::Alphabetical) => "cannot be ordered".into(),
+        }
+    }
+}
+
+/// The value an order compares, for ranking tags the rules leave out too.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    Version(semver::Version),
+    Number(Decimal),
+    Text(String),
+    Time(jiff::Timestamp),
 }
 
 /// Whether `tag` is one a supply-chain tool pushes next to an image rather than an image to

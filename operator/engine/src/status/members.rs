@@ -344,6 +344,34 @@ pub fn pattern_status<E: Failure>(
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
         refused: None,
+        tags_listed: None,
+        refused_tags: Vec::new(),
+        history: crate::history::prepend(
+            &previous.history,
+            outcome
+                .committed()
+                .map(|(m, w)| {
+                    let pull_request = m
+                        .pull_request
+                        .as_ref()
+                        .or(outcome.pull_request.as_ref())
+                        .and_then(|d| d.pull_request.as_ref())
+                        .map(|p| p.url.as_str());
+                    let tag = m
+                        .latest
+                        .clone()
+                        .unwrap_or_else(|| super::applied_tag(&w.current_after));
+                    let change = crate::history::Change {
+                        tag: &tag,
+                        image: Some(&m.repository),
+                        digest: None,
+                        commit: w.commit.as_deref(),
+                        pull_request,
+                    };
+                    crate::history::record(change, m.stages.as_ref(), None, now)
+                })
+                .collect(),
+        ),
         pull_request: match &outcome.pull_request {
             Some(d) => super::status_of(d, previous.pull_request.as_ref()),
             None => previous.pull_request.clone(),

@@ -152,6 +152,8 @@ pub struct MemberResult<E> {
     pub outcome: Result<WriteResult, E>,
     /// With `spec.git.pullRequest` per member: what was done with its pull request.
     pub pull_request: Option<Delivered>,
+    /// A commit a registry event led to: the event's stages.
+    pub stages: Option<crate::stages::PushStages>,
 }
 
 /// What one reconcile of a pattern watch found and did.

@@ -368,6 +368,26 @@ pub fn build_status<E: Failure>(
             last.tags == p.tags && last.commit == p.commit && last.pull_request == p.pull_request
         });
         if !duplicate {
+            let changes = p
+                .tags
+                .iter()
+                .map(|(image, tag)| {
+                    let change = crate::history::Change {
+                        tag,
+                        image: Some(image),
+                        digest: None,
+                        commit: p.commit.as_deref(),
+                        pull_request: p.pull_request.as_deref(),
+                    };
+                    crate::history::record(
+                        change,
+                        None,
+                        Some(crate::stages::Trigger::Promotion),
+                        &p.at,
+                    )
+                })
+                .collect();
+            next.history = crate::history::prepend(&next.history, changes);
             next.last_promotions.insert(0, p);
             next.last_promotions.truncate(HISTORY);
         }

@@ -7,16 +7,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::outcome::{Failure, Outcome, PrAction, Reconciled};
 use super::{self as conditions, applied_tag, is_bare_tag, members, pull_request, short};
+use crate::considered::Considered;
+use crate::history;
 use crate::refused::Refused;
 
 /// The status a reconcile of a watch (its `spec`, its `previous` status and the
 /// `generation` it read) should leave, from what it found and did (or the failure that
-/// stopped it).
+/// stopped it), and the tags it looked at (`considered`, a watch of one repository that got
+/// as far as the registry's tags).
 pub fn build_status<E: Failure>(
     spec: &ImageWatchSpec,
     previous: Option<&ImageWatchStatus>,
     generation: Option<i64>,
     result: &Result<Reconciled<E>, E>,
+    considered: Option<&Considered>,
     now: &Time,
 ) -> ImageWatchStatus {
     let previous = previous.cloned().unwrap_or_default();
@@ -49,10 +53,39 @@ pub fn build_status<E: Failure>(
                 None => previous.refused.clone(),
             },
         },
+        tags_listed: match considered {
+            Some(c) => Some(i64::try_from(c.listed).unwrap_or(i64::MAX)),
+            None => previous.tags_listed.filter(|_| !pattern),
+        },
+        refused_tags: match considered {
+            Some(c) => c.refused.clone(),
+            None if pattern => Vec::new(),
+            None => previous.refused_tags.clone(),
+        },
+        history: previous.history.clone(),
         pull_request: previous.pull_request.clone(),
         held: previous.held.clone().filter(|_| !pattern),
         conditions: previous.conditions.clone(),
     };
+    if let Ok(outcome) = result
+        && let Some(write) = &outcome.write
+        && let Some(commit) = &write.commit
+    {
+        let pull_request = outcome
+            .pull_request
+            .as_ref()
+            .and_then(|d| d.pull_request.as_ref())
+            .map(|p| p.url.as_str());
+        let change = history::Change {
+            tag: &outcome.latest.tag,
+            image: None,
+            digest: outcome.latest.digest.as_deref(),
+            commit: Some(commit),
+            pull_request,
+        };
+        let record = history::record(change, outcome.stages.as_ref(), None, now);
+        next.history = history::prepend(&next.history, vec![record]);
+    }
     if let Ok(Outcome {
         pull_request: Some(delivered),
         ..
@@ -341,7 +374,7 @@ mod tests {
                 mode: imagewatch_crd::OnGitChange::HoldUntilNewer,
             });
         }
-        let s = build_status(&spec, None, Some(1), &single(held), &t(10));
+        let s = build_status(&spec, None, Some(1), &single(held), None, &t(10));
         let cond = |s: &ImageWatchStatus, type_: &str| {
             s.conditions
                 .iter()
@@ -360,11 +393,11 @@ mod tests {
         assert_eq!(s.applied.as_ref().map(|a| a.tag.as_str()), Some("v1"));
 
         let written = single(outcome("r.io/app:v1", "r.io/app:v3", Some("feed")));
-        let after = build_status(&spec, Some(&s), Some(1), &written, &t(20));
+        let after = build_status(&spec, Some(&s), Some(1), &written, None, &t(20));
         assert_eq!(cond(&after, "Held").unwrap().1, "NotHeld");
         assert_eq!(after.held, None);
         // A watch never held has no `Held` condition.
-        let plain = build_status(&spec, None, Some(1), &written, &t(20));
+        let plain = build_status(&spec, None, Some(1), &written, None, &t(20));
         assert!(cond(&plain, "Held").is_none());
     }
 
@@ -376,7 +409,7 @@ mod tests {
             "r.io/app:v2",
             Some("abcdef0123456789"),
         ));
-        let s = build_status(&spec, None, Some(2), &committed, &t(10));
+        let s = build_status(&spec, None, Some(2), &committed, None, &t(10));
         let ready = ready_of(Some(&s)).unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
@@ -389,10 +422,20 @@ mod tests {
         let applied = s.applied.clone().unwrap();
         assert_eq!(applied.tag, "v2");
         assert_eq!(applied.commit.as_deref(), Some("abcdef0123456789"));
+        // The commit is the newest change of the history; without an event it was a poll.
+        assert_eq!(s.history.len(), 1);
+        assert_eq!(
+            (
+                s.history[0].tag.as_str(),
+                s.history[0].commit.as_deref(),
+                s.history[0].trigger.as_str()
+            ),
+            ("v2", Some("abcdef0123456789"), "Poll")
+        );
         assert_eq!(s.latest.as_ref().map(|l| l.tag.as_str()), Some("v2"));
         // The next poll finds Git current: nothing to write.
         let current = single(outcome("r.io/app:v2", "r.io/app:v2", None));
-        let again = build_status(&spec, Some(&s), Some(2), &current, &t(20));
+        let again = build_status(&spec, Some(&s), Some(2), &current, None, &t(20));
         assert!(!status_changed(Some(&s), &again), "{again:?}");
     }
 
@@ -402,12 +445,12 @@ mod tests {
         let spec = spec();
         let mut o = outcome("v1", "v2", Some("abcdef0123456789"));
         o.latest.tag = "v2".into();
-        let s = build_status(&spec, None, Some(2), &single(o), &t(10));
+        let s = build_status(&spec, None, Some(2), &single(o), None, &t(10));
         let applied = s.applied.clone().unwrap();
         assert_eq!((applied.tag.as_str(), applied.image), ("v2", None));
         let mut current = outcome("v2", "v2", None);
         current.latest.tag = "v2".into();
-        let again = build_status(&spec, Some(&s), Some(2), &single(current), &t(20));
+        let again = build_status(&spec, Some(&s), Some(2), &single(current), None, &t(20));
         assert!(!status_changed(Some(&s), &again), "{again:?}");
         assert_eq!(super::applied_tag("r.io:5000/app:v3"), "v3");
         assert_eq!(super::applied_tag("v3.1-rc.1"), "v3.1-rc.1");
@@ -418,10 +461,10 @@ mod tests {
     fn a_failure_is_not_ready_with_its_reason_and_keeps_what_git_held() {
         let spec = spec();
         let committed = single(outcome("r.io/app:v1", "r.io/app:v2", Some("c2")));
-        let before = build_status(&spec, None, Some(1), &committed, &t(10));
+        let before = build_status(&spec, None, Some(1), &committed, None, &t(10));
         let failed: Result<Reconciled<Failed>, Failed> =
             Err(Failed("RegistryError", "registry r.io: connection refused"));
-        let s = build_status(&spec, Some(&before), Some(1), &failed, &t(20));
+        let s = build_status(&spec, Some(&before), Some(1), &failed, None, &t(20));
         let ready = ready_of(Some(&s)).unwrap();
         assert_eq!(
             (

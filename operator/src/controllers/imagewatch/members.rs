@@ -125,6 +125,7 @@ mod tests {
             refused: None,
             outcome,
             pull_request: None,
+            stages: None,
         }
     }
 

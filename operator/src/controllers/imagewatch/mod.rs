@@ -65,6 +65,7 @@ use dereference::{
     DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
 };
 pub(crate) use dereference::{credential_key_of, signature_keys, target_path};
+use imagewatch_engine::considered::Considered;
 use members::{MemberResult, PatternImage, PatternOutcome};
 pub(crate) use scan::count_signature_check;
 use scan::{ScanContext, catalog_error, prepare, scan_repository};
@@ -132,7 +133,8 @@ async fn reconcile_holding_slot(
     if recheck.is_some() {
         recheck::refresh_scans(&ctx.index, &watch.spec.image);
     }
-    let result = reconcile_watch(watch, ctx).await;
+    let mut considered = None;
+    let result = reconcile_watch(watch, ctx, &mut considered).await;
     let outcome_label = match &result {
         Ok(reconciled) => reconciled.metric_label(),
         Err(e) => {
@@ -148,7 +150,7 @@ async fn reconcile_holding_slot(
         .inc();
 
     let now = Time(jiff::Timestamp::now());
-    let mut new_status = build_status(watch, &result, &now);
+    let mut new_status = build_status(watch, &result, considered.as_ref(), &now);
     // The deployment of the last commit, as the Argo CD Applications show it.
     if let Some(deployment) = ctx.deploys.deployment(&key) {
         new_status.conditions = status::merge_condition(
@@ -221,11 +223,19 @@ async fn reconcile_holding_slot(
     }
 }
 
-/// Steps 1–4, for one repository or for every member of a pattern.
-async fn reconcile_watch(watch: &ImageWatch, ctx: &Context) -> Result<Reconciled, ReconcileError> {
+/// Steps 1–4, for one repository or for every member of a pattern. A watch of one
+/// repository leaves in `considered` the tags it looked at, once it has them (its status
+/// reports them whether or not a tag could be written).
+async fn reconcile_watch(
+    watch: &ImageWatch,
+    ctx: &Context,
+    considered: &mut Option<Considered>,
+) -> Result<Reconciled, ReconcileError> {
     check_registry_allowed(watch, AllowList::of(ctx)).await?;
     match members::parse_pattern_image(&watch.spec.image) {
-        Ok(None) => reconcile_single(watch, ctx).await.map(Reconciled::Single),
+        Ok(None) => reconcile_single(watch, ctx, considered)
+            .await
+            .map(Reconciled::Single),
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
             .await
             .map(Reconciled::Pattern),
@@ -395,8 +405,9 @@ async fn reconcile_pattern(
         {
             // Per-stage times are counted for watches of one repository only: a pattern's
             // members are listed and chosen together.
-            let pushed =
-                push_stages(ctx, &pattern.registry, &results[i].repository, w).map(|s| s.received);
+            let stages = push_stages(ctx, &pattern.registry, &results[i].repository, w);
+            results[i].stages = stages;
+            let pushed = stages.map(|s| s.received);
             match &mut followed {
                 None => followed = Some((commit.clone(), vec![w.file.clone()], pushed)),
                 Some((first, files, at)) if first == commit => {
@@ -456,6 +467,7 @@ async fn plan_member(
         latest: None,
         pull_request: None,
         refused: None,
+        stages: None,
         outcome: Err(ReconcileError::Internal("not reconciled".into())),
     };
     let repo = RepositoryRef {
@@ -475,7 +487,7 @@ async fn plan_member(
         .await?;
         let (tag, digest, refused) = me.choose(scan, verify, None).await?;
         result.latest = Some(tag.clone());
-        result.refused = refused;
+        result.refused = refused.into_iter().next();
         me.write_request(
             dereference,
             me.image_for(&tag, digest.as_deref())?,
@@ -494,7 +506,11 @@ async fn plan_member(
 }
 
 /// Steps 1–4 for a watch of one repository.
-async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, ReconcileError> {
+async fn reconcile_single(
+    watch: &ImageWatch,
+    ctx: &Context,
+    considered: &mut Option<Considered>,
+) -> Result<Outcome, ReconcileError> {
     // Where to write first: a missing or wrong Git location is reported before any registry
     // verdict.
     let select = SelectContext::of(ctx);
@@ -505,6 +521,8 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
     let spec = &watch.spec;
     let stage = |stage| ctx.pending.stage(&me.repo.registry, &me.repo.path, stage);
     stage(Stage::Listed);
+    // What the rules alone leave out, until a tag is chosen.
+    *considered = Some(me.considered(None, &[], None));
 
     // 3b. select: the watch's own choice, or its group's.
     let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
@@ -520,6 +538,8 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             group.as_ref().map(|g| g.tag.as_str()),
         )
         .await?;
+    *considered = Some(me.considered(Some(&tag), &refused, spec.group.as_deref()));
+    let refused = refused.into_iter().next();
     let latest = me.latest(scan, &tag, digest.as_deref());
     stage(Stage::Selected);
 
@@ -550,6 +570,10 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             &write_step,
         )
         .await?;
+        let stages = write
+            .commit
+            .as_ref()
+            .and_then(|_| push_stages(ctx, &me.repo.registry, &me.repo.path, &write));
         return Ok(Outcome {
             latest,
             write: Some(write),
@@ -557,7 +581,7 @@ async fn reconcile_single(watch: &ImageWatch, ctx: &Context) -> Result<Outcome, 
             waiting: group.and_then(|g| g.waiting),
             refused: refused.map(Box::new),
             pull_request: Some(delivered),
-            stages: None,
+            stages,
         });
     }
     let location = (mine.url.clone(), mine.branch.clone(), mine.auth.clone());

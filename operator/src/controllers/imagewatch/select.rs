@@ -198,7 +198,7 @@ impl Prepared<'_> {
         ctx: &ScanContext<'_>,
         verify: Option<&VerifyKeys>,
         group_tag: Option<&str>,
-    ) -> Result<(String, Option<String>, Option<crate::signature::Refused>), ReconcileError> {
+    ) -> Result<(String, Option<String>, Vec<crate::signature::Refused>), ReconcileError> {
         let pinned = self
             .watch
             .spec
@@ -223,7 +223,7 @@ impl Prepared<'_> {
                 Some(_) => Some(self.confirmed_digest(ctx, &tag).await?),
                 None => self.digest_to_write(ctx, &tag).await?,
             };
-            return Ok((tag, digest, None));
+            return Ok((tag, digest, Vec::new()));
         }
         let digest = self.confirmed_digest(ctx, &tag).await?;
         // A pin or a group's tag is not traded for an older one: it qualifies or nothing is
@@ -238,18 +238,18 @@ impl Prepared<'_> {
                 return Err(ReconcileError::Refused(Box::new(first)));
             }
         }
-        Ok((tag, Some(digest), None))
+        Ok((tag, Some(digest), Vec::new()))
     }
 
     /// With `spec.verify` (`keys`) or `spec.tags.platforms`: the best candidate that
-    /// qualifies, its digest, and the newest better candidate refused. Candidates are checked
+    /// qualifies, its digest, and the better candidates refused, best first. Candidates are checked
     /// best first and the first that qualifies ends the search: its platforms (a manifest,
     /// and for a single image its config, once per digest), then its signature.
     async fn qualified_choice(
         &self,
         ctx: &ScanContext<'_>,
         keys: Option<&VerifyKeys>,
-    ) -> Result<(String, String, Option<crate::signature::Refused>), ReconcileError> {
+    ) -> Result<(String, String, Vec<crate::signature::Refused>), ReconcileError> {
         let limit = if keys.is_some() {
             VERIFY_CANDIDATES
         } else {
@@ -259,33 +259,60 @@ impl Prepared<'_> {
         if ranked.is_empty() {
             self.own_choice()?;
         }
-        let mut newest_refused = None;
+        let mut refused_above = Vec::new();
         for candidate in &ranked {
             let tag = &candidate.tag;
             let Some(digest) = self.digest(ctx, tag).await? else {
                 continue;
             };
             if let Some(refused) = self.platform_refusal(ctx, tag, &digest).await? {
-                newest_refused.get_or_insert(refused);
+                refused_above.push(refused);
                 continue;
             }
             if let Some(keys) = keys {
                 let verdict = self.verdict(ctx, keys, &digest).await?;
                 let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
                 if let Some(refused) = decision.refused.into_iter().next() {
-                    newest_refused.get_or_insert(refused);
+                    refused_above.push(refused);
                     continue;
                 }
             }
-            return Ok((tag.clone(), digest, newest_refused));
+            return Ok((tag.clone(), digest, refused_above));
         }
-        match newest_refused {
+        match refused_above.into_iter().next() {
             Some(refused) => Err(ReconcileError::Refused(Box::new(refused))),
             None => Err(ReconcileError::NoMatchingTags(format!(
                 "no candidate tag of {} has a manifest",
                 self.image
             ))),
         }
+    }
+
+    /// The tags ranking above `chosen` (every ranked tag without one) and why each was not
+    /// chosen: a tag rule, or one of `refused`, the pin, the group (pure).
+    pub(super) fn considered(
+        &self,
+        chosen: Option<&str>,
+        refused: &[crate::signature::Refused],
+        group: Option<&str>,
+    ) -> imagewatch_engine::considered::Considered {
+        let pin = self.watch.spec.pin.as_deref().filter(|p| !p.is_empty());
+        let chosen = chosen.or(pin).map(str::to_owned).or_else(|| {
+            self.rules
+                .policy
+                .select(&self.scan.tags)
+                .map(|t| t.tag.clone())
+        });
+        imagewatch_engine::considered::considered(
+            &self.rules.policy,
+            &self.scan.tags,
+            chosen.as_deref(),
+            imagewatch_engine::considered::Besides {
+                refused,
+                pin,
+                group,
+            },
+        )
     }
 
     /// The image reference to write for `tag` (`digest` is required to pin or follow it).

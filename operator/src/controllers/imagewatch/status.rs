@@ -23,6 +23,7 @@ pub use imagewatch_engine::status::{short, tag_of};
 pub fn build_status(
     watch: &ImageWatch,
     result: &Result<Reconciled, ReconcileError>,
+    considered: Option<&imagewatch_engine::considered::Considered>,
     now: &Time,
 ) -> ImageWatchStatus {
     imagewatch_engine::status::build_status(
@@ -30,6 +31,7 @@ pub fn build_status(
         watch.status.as_ref(),
         watch.metadata.generation,
         result,
+        considered,
         now,
     )
 }

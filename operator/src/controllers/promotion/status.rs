@@ -305,6 +305,22 @@ mod tests {
         assert_eq!(s.pull_request.as_ref().map(|p| p.number), Some(3));
         assert_eq!(s.last_promotions.len(), 1);
         assert_eq!(s.last_promotions[0].tags["my-api"], "v2");
+        // The history has one change per promoted image, by the promotion.
+        let change = &s.history[0];
+        assert_eq!(
+            (
+                change.image.as_deref(),
+                change.tag.as_str(),
+                change.trigger.as_str(),
+                change.pull_request.as_deref()
+            ),
+            (
+                Some("my-api"),
+                "v2",
+                "Promotion",
+                Some("https://github.test/o/r/pull/3")
+            )
+        );
         let e = event_for(&p, &Ok(o.clone())).unwrap();
         assert_eq!(e.reason, "PullRequestOpened");
 
