@@ -457,9 +457,6 @@ pub struct ImageWatchStatus {
     /// chosen, or the only candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<RefusedTag>,
-    /// How many tags the registry listed at the last look (a watch of one repository).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tags_listed: Option<i64>,
     /// The tags the registry holds that rank above the one written (or every tag, when none
     /// qualifies) and the first rule that refused each: the best 20, best first. What
     /// `imagewatch explain` prints for "why not my tag?".

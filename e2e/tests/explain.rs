@@ -159,7 +159,7 @@ subjects: [{{kind: ServiceAccount, name: reader, namespace: {ns}}}]
     for line in [
         format!("ImageWatch {object}\n"),
         "  Chosen:      canary-v1.1.0".to_owned(),
-        "  Tags:        4 listed; 2 rank above the chosen one, not chosen because:\n".to_owned(),
+        "  Tags:        2 listed rank above the chosen one, not chosen because:\n".to_owned(),
         "v9.0.0 does not match pattern \"canary-*\"\n".to_owned(),
         "canary-v1.2.0-rc1 matches exclude \"*-rc*\"\n".to_owned(),
         "  Next write:  nothing: Git holds the chosen tag canary-v1.1.0\n".to_owned(),

@@ -228,18 +228,12 @@ fn single_lines(
             spec.on_git_change.unwrap_or_default()
         );
     }
-    let listed = status
-        .tags_listed
-        .map_or_else(|| "?".to_owned(), |n| n.to_string());
     if status.refused_tags.is_empty() {
-        let _ = writeln!(
-            out,
-            "  Tags:        {listed} listed; none ranks above the chosen one"
-        );
+        let _ = writeln!(out, "  Tags:        none listed ranks above the chosen one");
     } else {
         let _ = writeln!(
             out,
-            "  Tags:        {listed} listed; {} {} above the chosen one, not chosen because:",
+            "  Tags:        {} listed {} above the chosen one, not chosen because:",
             status.refused_tags.len(),
             if status.refused_tags.len() == 1 {
                 "ranks"
@@ -393,12 +387,9 @@ fn why_tag(spec: &ImageWatchSpec, status: &ImageWatchStatus, tag: &str) -> Strin
     let above = !policy
         .ranked_above(&[info], Some(&TagInfo::new(chosen.tag.clone())))
         .is_empty();
-    let listed = status
-        .tags_listed
-        .map_or_else(String::new, |n| format!(" among the {n} listed"));
     if above {
         format!(
-            "passes the tag rules and ranks above {}, yet was not chosen: the registry did not list it{listed} at the last check (pushed since? see Next check)",
+            "passes the tag rules and ranks above {}, yet was not chosen: the registry did not list it at the last check (pushed since? see Next check)",
             chosen.tag
         )
     } else {

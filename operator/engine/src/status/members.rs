@@ -344,7 +344,6 @@ pub fn pattern_status<E: Failure>(
         members_ready: Some(i64::try_from(ready_count).unwrap_or(i64::MAX)),
         members: listed,
         refused: None,
-        tags_listed: None,
         refused_tags: Vec::new(),
         history: crate::history::prepend(
             &previous.history,

@@ -53,10 +53,6 @@ pub fn build_status<E: Failure>(
                 None => previous.refused.clone(),
             },
         },
-        tags_listed: match considered {
-            Some(c) => Some(i64::try_from(c.listed).unwrap_or(i64::MAX)),
-            None => previous.tags_listed.filter(|_| !pattern),
-        },
         refused_tags: match considered {
             Some(c) => c.refused.clone(),
             None if pattern => Vec::new(),
