@@ -267,3 +267,108 @@ pub enum WindowKind {
     /// Nothing is written while a Deny window is open.
     Deny,
 }
+
+/// Where messages about an object go and which happenings they carry (`spec.notify[]`).
+/// URLs and tokens come from a Secret in the object's namespace; no secret value ever
+/// appears in a message, a status, an Event or a log line.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("!(self.type == 'CommitStatus' || self.type == 'PullRequestComment') || has(self.provider)").message("provider (github, gitlab or gitea) is required for CommitStatus and PullRequestComment")))]
+#[serde(rename_all = "camelCase")]
+pub struct Notification {
+    /// Name of this destination, unique in the list: Events and metrics name it.
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("name must be lower-case letters, digits and '-'")))]
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// `Slack` (an incoming webhook), `Teams` (a Workflows webhook posting an Adaptive Card),
+    /// `Webhook` (JSON, signed with HMAC-SHA256 in `X-Signature: sha256=<hex>` when the
+    /// Secret has a `token`), `CommitStatus` (on each commit the object makes) or
+    /// `PullRequestComment` (on each pull request it opens or updates).
+    #[serde(rename = "type")]
+    pub type_: NotificationType,
+    /// Secret in this namespace: key `address` holds the URL (`Slack`, `Teams`, `Webhook`);
+    /// key `token` the HMAC key (`Webhook`, optional) or the forge API token
+    /// (`CommitStatus`, `PullRequestComment`).
+    pub secret_ref: SecretRef,
+    /// The forge of `CommitStatus` and `PullRequestComment`; the repository is the object's
+    /// Git repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<crate::promotion::ForgeProvider>,
+    /// The forge's API base URL when it is not the provider's default for the Git host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub api_url: Option<String>,
+    /// The events wanted (default: all of them): `Committed`, `PullRequest` (opened,
+    /// updated, merged), `Waiting` (a promotion waits on a gate), `Approved` (its gates
+    /// passed), `Held` (Git holds a change someone else made), `Failing` (`Ready=False` for
+    /// `failingAfter`), `Recovered` (`Ready=True` after a `Failing` message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub events: Option<Vec<HappeningKind>>,
+    /// How long `Ready` must be `False` before a `Failing` message (Go duration; default
+    /// `10m`).
+    #[cfg_attr(feature = "kube", x_kube(validation = kube::core::Rule::new("self.matches('^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$')").message("failingAfter must be a duration such as 10m or 1h30m")))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub failing_after: Option<String>,
+}
+
+/// Where a notification goes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum NotificationType {
+    /// A Slack incoming webhook.
+    Slack,
+    /// A Microsoft Teams Workflows webhook.
+    Teams,
+    /// A JSON webhook, HMAC-signed.
+    Webhook,
+    /// A commit status on the forge.
+    CommitStatus,
+    /// A pull request comment on the forge.
+    PullRequestComment,
+}
+
+/// What a notification is about.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
+pub enum HappeningKind {
+    /// A tag was committed.
+    Committed,
+    /// A pull request was opened, updated or merged.
+    PullRequest,
+    /// A promotion waits on a gate.
+    Waiting,
+    /// A promotion's gates passed.
+    Approved,
+    /// Git holds a change someone else made.
+    Held,
+    /// `Ready=False` for longer than `failingAfter`.
+    Failing,
+    /// `Ready=True` again after a `Failing` message.
+    Recovered,
+}
+
+/// Which destinations were told of the failure that began at `since` (`status.failureNotified`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "kube"), derive(JsonSchema))]
+#[cfg_attr(feature = "kube", derive(KubeSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct FailureNotified {
+    /// When `Ready` turned `False` (its `lastTransitionTime`).
+    pub since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// The destinations sent a `Failing` message for it.
+    #[schemars(length(max = 10))]
+    pub destinations: Vec<String>,
+}

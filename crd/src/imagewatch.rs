@@ -143,6 +143,12 @@ pub struct ImageWatchSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub windows: Option<Vec<crate::common::Window>>,
+    /// Where messages about this object go, and which happenings each wants (see the
+    /// `Notification` fields). Delivery is asynchronous and never delays a commit.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))").message("notify names must be unique")))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 10))]
+    pub notify: Option<Vec<crate::common::Notification>>,
 
     /// Polling interval used as a fallback when no registry event arrives, e.g. `5m`.
     /// Between 10s and 24h. Defaults to 5m.
@@ -467,6 +473,10 @@ pub struct ImageWatchStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub history: Vec<ChangeRecord>,
+    /// The failure `Failing` messages were sent for, and to which destinations (cleared with
+    /// the `Recovered` messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_notified: Option<crate::common::FailureNotified>,
     /// With `spec.git.pullRequest`: the pull request from the push branch, as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<WatchPullRequest>,

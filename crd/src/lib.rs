@@ -19,8 +19,9 @@ pub mod imagewatch;
 pub mod promotion;
 
 pub use common::{
-    ChangeRecord, CosignVerify, GitPullRequest, GitSource, KeylessVerify, RefusedTag, SecretRef,
-    Verify, Window, WindowKind,
+    ChangeRecord, CosignVerify, FailureNotified, GitPullRequest, GitSource, HappeningKind,
+    KeylessVerify, Notification, NotificationType, RefusedTag, SecretRef, Verify, Window,
+    WindowKind,
 };
 #[cfg(feature = "kube")]
 pub use imagewatch::ImageWatch;

@@ -122,6 +122,12 @@ pub struct PromotionPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 16))]
     pub windows: Option<Vec<crate::common::Window>>,
+    /// Where messages about this object go, and which happenings each wants (see the
+    /// `Notification` fields). Delivery is asynchronous and never delays a commit.
+    #[cfg_attr(feature = "kube", x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))").message("notify names must be unique")))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 10))]
+    pub notify: Option<Vec<crate::common::Notification>>,
     /// How often gates are evaluated again when nothing else changes (a soak ending, an
     /// Application becoming healthy), e.g. `1m`. Between 10s and 24h. Defaults to 1m.
     /// Changes of the source ImageWatches are acted on at once.
@@ -386,6 +392,10 @@ pub struct PromotionPolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub history: Vec<crate::common::ChangeRecord>,
+    /// The failure `Failing` messages were sent for, and to which destinations (cleared with
+    /// the `Recovered` messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_notified: Option<crate::common::FailureNotified>,
     /// The images not proposed again because a commit the policy did not make changed them
     /// in the target after the policy promoted them (see `spec.onGitChange`), one per image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -181,6 +181,46 @@ spec:
             ),
             "path must be relative to the repository root and must not contain '..'",
         ),
+        (
+            "commit status without a provider",
+            watch_yaml(
+                &ns.name,
+                "nprov",
+                "  notify: [{name: s, type: CommitStatus, secretRef: {name: t}}]",
+                WORKLOAD,
+            ),
+            "provider (github, gitlab or gitea) is required for CommitStatus and PullRequestComment",
+        ),
+        (
+            "two destinations of one name",
+            watch_yaml(
+                &ns.name,
+                "ndup",
+                "  notify: [{name: s, type: Slack, secretRef: {name: a}}, {name: s, type: Teams, secretRef: {name: b}}]",
+                WORKLOAD,
+            ),
+            "notify names must be unique",
+        ),
+        (
+            "failingAfter not a duration",
+            watch_yaml(
+                &ns.name,
+                "ndur",
+                "  notify: [{name: s, type: Slack, secretRef: {name: a}, failingAfter: soon}]",
+                WORKLOAD,
+            ),
+            "failingAfter must be a duration such as 10m or 1h30m",
+        ),
+        (
+            "an unknown event",
+            watch_yaml(
+                &ns.name,
+                "nevt",
+                "  notify: [{name: s, type: Slack, secretRef: {name: a}, events: [Deployed]}]",
+                WORKLOAD,
+            ),
+            "Unsupported value: \"Deployed\"",
+        ),
     ];
     for (what, yaml, expected) in cases {
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;

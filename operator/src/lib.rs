@@ -14,6 +14,7 @@ pub mod explain;
 pub mod forge;
 pub mod git;
 pub mod import;
+pub mod notify;
 pub mod registry;
 pub mod scan;
 pub mod signature;

@@ -924,3 +924,89 @@ async fn gitea_conflict_is_found_and_auth_is_checked() {
         "{err:?}"
     );
 }
+
+/// A stub that answers the notification endpoints of `provider` with their documented
+/// 201 bodies and anything else with 404.
+fn notes_logic(provider: ForgeProvider) -> Logic {
+    Arc::new(move |req: &Req, _root: &str| {
+        let created = |file: &str| status(201, fixture(file));
+        match (provider, req.method.as_str(), req.path.as_str()) {
+            (ForgeProvider::Github, "POST", "/repos/octo-org/manifests/statuses/c0ffee") => {
+                created("github/status_201.json")
+            }
+            (ForgeProvider::Github, "POST", "/repos/octo-org/manifests/issues/3/comments") => {
+                created("github/comment_201.json")
+            }
+            (
+                ForgeProvider::Gitlab,
+                "POST",
+                "/api/v4/projects/group%2Fmanifests/statuses/c0ffee",
+            ) => created("gitlab/status_201.json"),
+            (
+                ForgeProvider::Gitlab,
+                "POST",
+                "/api/v4/projects/group%2Fmanifests/merge_requests/3/notes",
+            ) => created("gitlab/note_201.json"),
+            _ => status(404, json!({"message": "Not Found"})),
+        }
+    })
+}
+
+#[tokio::test]
+async fn github_and_gitlab_take_a_commit_status_and_a_comment() {
+    for (provider, api, git_url) in [
+        (
+            ForgeProvider::Github,
+            "",
+            "https://github.com/octo-org/manifests.git",
+        ),
+        (
+            ForgeProvider::Gitlab,
+            "/api/v4",
+            "https://gitlab.example.com/group/manifests.git",
+        ),
+    ] {
+        let stub = Stub::start(notes_logic(provider)).await;
+        let client = ForgeClient::new(
+            provider,
+            Some(&format!("{}{api}", stub.base)),
+            None,
+            git_url,
+            Some(TOKEN.into()),
+            http(),
+        )
+        .unwrap();
+        client
+            .set_commit_status(
+                "c0ffee",
+                true,
+                "team/api: v2 committed (was v1)",
+                "imagewatch/api",
+                Some("https://example.com/commit/c0ffee"),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{provider:?}: {e}"));
+        client
+            .comment(3, "**team/api: pull request #3 opened (v2)**")
+            .await
+            .unwrap_or_else(|e| panic!("{provider:?}: {e}"));
+        let requests = stub.requests();
+        let (status, comment) = (&requests[0].body, &requests[1].body);
+        assert_eq!(status["state"], "success", "{provider:?}");
+        assert_eq!(status["description"], "team/api: v2 committed (was v1)");
+        assert_eq!(status["target_url"], "https://example.com/commit/c0ffee");
+        // GitHub names the status `context`, GitLab `name`.
+        let context = if provider == ForgeProvider::Github {
+            "context"
+        } else {
+            "name"
+        };
+        assert_eq!(status[context], "imagewatch/api", "{provider:?}");
+        assert_eq!(comment["body"], "**team/api: pull request #3 opened (v2)**");
+        let auth = requests[0]
+            .headers
+            .get("authorization")
+            .or(requests[0].headers.get("private-token"));
+        assert!(auth.is_some(), "{provider:?}: the token is sent");
+    }
+}

@@ -20,6 +20,7 @@ pub mod held;
 pub mod history;
 pub mod manifests;
 pub mod members;
+pub mod notify;
 pub mod pattern;
 pub mod platforms;
 pub mod policy;

@@ -243,6 +243,17 @@ pub async fn forge_token(
     })
 }
 
+/// The `address` (a webhook URL) and `token` (an HMAC key) keys of the notification Secret
+/// `namespace/name`; either may be absent.
+pub async fn notification_secret(
+    ctx: &impl SecretAccess,
+    namespace: &str,
+    name: &str,
+) -> Result<(Option<String>, Option<String>), ReconcileError> {
+    let data = read_secret(ctx, namespace, name, "notification").await?;
+    Ok((text(&data, "address"), text(&data, "token")))
+}
+
 /// An installation token from the process-wide cache; a call to GitHub is counted.
 async fn github_app_token(
     ctx: &impl SecretAccess,

@@ -81,6 +81,8 @@ pub struct Context {
     pub deploys: Arc<deploy::DeployTracker>,
     /// The admin's allow-list (`--allow-list-configmap`).
     pub allowance: Arc<allowance::Allowance>,
+    /// Sends the messages of `spec.notify`.
+    pub notifier: crate::notify::Notifier,
     /// Admin freezes (`--freeze-configmap`).
     pub freezes: Arc<crate::cluster::freeze::Freezes>,
     /// Bumped when the freezes change (the PromotionPolicy controller looks at every policy
@@ -91,6 +93,18 @@ pub struct Context {
     /// (credentials, registry) whose watched repositories are announced to the registry
     /// client: set once the announcement is done, and awaited by every reconcile of them.
     announced: std::sync::Mutex<Announcements>,
+}
+
+/// What a reconcile tells `spec.notify` once its status is written.
+pub struct Notifications {
+    /// The object and its Git repository.
+    pub target: crate::notify::Target,
+    /// `spec.notify`.
+    pub destinations: Vec<imagewatch_crd::Notification>,
+    /// The messages.
+    pub outgoing: Vec<imagewatch_engine::notify::Outgoing>,
+    /// When the next `Failing` message falls due.
+    pub failing_due: Option<Duration>,
 }
 
 /// One announcement of watched repositories per (credentials, registry); see
@@ -123,8 +137,14 @@ impl Context {
             controller: "imagewatch".into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            notifier: crate::notify::Notifier::new(
+                client.clone(),
+                metrics.clone(),
+                recorder.clone(),
+            ),
+            recorder,
             index: index::RepositoryIndex::new(max_tags),
             appearances: appearances::Appearances::default(),
             ecr,

@@ -21,6 +21,10 @@ mod gitea;
 mod github;
 mod gitlab;
 mod http;
+mod notes;
+
+/// The wait a `Retry-After` header asks for.
+pub use http::retry_after as retry_after_of;
 
 use std::{sync::Arc, time::Duration};
 

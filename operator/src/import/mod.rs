@@ -363,6 +363,7 @@ impl WatchDraft {
                 edit_shared_anchor: None,
                 on_git_change: None,
                 windows: None,
+                notify: None,
                 verify: None,
             },
         );

@@ -148,6 +148,17 @@ pub struct ForgeLabels {
     pub outcome: String,
 }
 
+/// Labels of a notification (`spec.notify`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `Slack`, `Teams`, `Webhook`, `CommitStatus` or `PullRequestComment`.
+    pub r#type: String,
+    /// `Committed`, `PullRequest`, `Waiting`, `Approved`, `Held`, `Failing`, `Recovered`.
+    pub happening: String,
+    /// `sent`, `failed` (after its retries, or refused), `dropped` (too many waiting).
+    pub outcome: String,
+}
+
 /// Labels of one shard.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShardLabels {

@@ -222,6 +222,8 @@ pub struct Metrics {
     pub promotions: Family<PromotionLabels, Counter>,
     /// Forge API requests by provider and outcome.
     pub forge_requests: Family<ForgeLabels, Counter>,
+    /// Notifications by destination type, happening and outcome.
+    pub notifications: Family<NotificationLabels, Counter>,
     /// ImageWatch pull request steps by action.
     pub watch_pull_requests: Family<WatchPullRequestLabels, Counter>,
     /// Credential refreshes (tokens obtained from their issuer) by kind and outcome.
@@ -426,6 +428,12 @@ impl Metrics {
             "Forge (pull request API) requests by provider and outcome",
             forge_requests.clone(),
         );
+        let notifications = Family::<NotificationLabels, Counter>::default();
+        registry.register(
+            "notifications",
+            "Notifications (spec.notify) by destination type, happening and outcome",
+            notifications.clone(),
+        );
         let watch_pull_requests = Family::<WatchPullRequestLabels, Counter>::default();
         registry.register(
             "watch_pull_requests",
@@ -555,6 +563,7 @@ impl Metrics {
             registry_rate_limit_wait_seconds,
             promotions,
             forge_requests,
+            notifications,
             watch_pull_requests,
             credential_refreshes,
             shards_held,

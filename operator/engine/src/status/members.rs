@@ -345,6 +345,7 @@ pub fn pattern_status<E: Failure>(
         members: listed,
         refused: None,
         refused_tags: Vec::new(),
+        failure_notified: previous.failure_notified.clone(),
         history: crate::history::prepend(
             &previous.history,
             outcome

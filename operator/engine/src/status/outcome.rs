@@ -114,6 +114,8 @@ pub struct Delivered {
     pub branch: String,
     /// Label and auto-merge problems (the pull request stands).
     pub warnings: Vec<String>,
+    /// The commit this reconcile pushed to `branch`, if it pushed one.
+    pub commit: Option<String>,
 }
 
 /// What a successful reconcile of a watch of one repository found and did.

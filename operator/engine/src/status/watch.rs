@@ -59,13 +59,16 @@ pub fn build_status<E: Failure>(
             None => previous.refused_tags.clone(),
         },
         history: previous.history.clone(),
+        failure_notified: previous.failure_notified.clone(),
         pull_request: previous.pull_request.clone(),
         held: previous.held.clone().filter(|_| !pattern),
         conditions: previous.conditions.clone(),
     };
+    // A commit to `branch`, or to the push branch of a pull request.
+    let proposed = |o: &Outcome| o.pull_request.as_ref().and_then(|d| d.commit.clone());
     if let Ok(outcome) = result
         && let Some(write) = &outcome.write
-        && let Some(commit) = &write.commit
+        && let Some(commit) = write.commit.clone().or_else(|| proposed(outcome))
     {
         let pull_request = outcome
             .pull_request
@@ -76,7 +79,7 @@ pub fn build_status<E: Failure>(
             tag: &outcome.latest.tag,
             image: None,
             digest: outcome.latest.digest.as_deref(),
-            commit: Some(commit),
+            commit: Some(&commit),
             pull_request,
         };
         let record = history::record(change, outcome.stages.as_ref(), None, now);

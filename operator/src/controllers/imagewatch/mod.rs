@@ -186,7 +186,12 @@ async fn reconcile_holding_slot(
     {
         pull_request::remove_finalizer(&ctx.client, watch).await?;
     }
+    let notify = status::notifications(watch, &mut new_status);
+    let failing_due = notify.as_ref().and_then(|n| n.failing_due);
     patch_status_if_changed(watch, new_status, &ctx.client).await?;
+    if let Some(n) = notify {
+        ctx.notifier.send(&n.target, &n.destinations, n.outgoing);
+    }
     if let Ok(Reconciled::Single(Outcome {
         stages: Some(stages),
         ..
@@ -196,31 +201,30 @@ async fn reconcile_holding_slot(
     }
 
     tracing::debug!(watch = %watch.name_any(), elapsed_ms = started.elapsed().as_millis() as u64, outcome = outcome_label, "reconciled");
-    match result {
+    let after = match result {
         // Members that failed for a passing reason (registry, Git) are retried with backoff,
         // without holding back the others.
-        Ok(Reconciled::Pattern(p)) if p.has_transient_failure() => {
-            Ok(Action::requeue(ctx.backoff(key, interval).await))
-        }
+        Ok(Reconciled::Pattern(p)) if p.has_transient_failure() => ctx.backoff(key, interval).await,
         Ok(reconciled) => {
             ctx.reset_backoff(&key).await;
-            Ok(Action::requeue(
-                reconciled.requeue_within(interval, jiff::Timestamp::now()),
-            ))
+            reconciled.requeue_within(interval, jiff::Timestamp::now())
         }
         Err(e) if e.is_stalled() => {
             ctx.reset_backoff(&key).await;
-            Ok(Action::requeue(interval))
+            interval
         }
-        Err(ReconcileError::CredentialsNotFound(_)) => {
-            Ok(Action::requeue(interval.min(Duration::from_secs(30))))
-        }
+        Err(ReconcileError::CredentialsNotFound(_)) => interval.min(Duration::from_secs(30)),
         Err(ReconcileError::Registry(crate::registry::RegistryError::RateLimited {
             retry_after: Some(after),
             ..
-        })) => Ok(Action::requeue(after.max(Duration::from_secs(1)))),
-        Err(_) => Ok(Action::requeue(ctx.backoff(key, interval).await)),
-    }
+        })) => after.max(Duration::from_secs(1)),
+        Err(_) => ctx.backoff(key, interval).await,
+    };
+    // A `Failing` notification falls due before then: look again at that time.
+    Ok(Action::requeue(match failing_due {
+        Some(due) => after.min(due + Duration::from_secs(1)),
+        None => after,
+    }))
 }
 
 /// Steps 1–4, for one repository or for every member of a pattern. A watch of one
@@ -570,7 +574,7 @@ async fn reconcile_single(
             &write_step,
         )
         .await?;
-        let stages = write
+        let stages = delivered
             .commit
             .as_ref()
             .and_then(|_| push_stages(ctx, &me.repo.registry, &me.repo.path, &write));

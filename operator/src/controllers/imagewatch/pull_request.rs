@@ -326,6 +326,7 @@ pub async fn close_open(
         tag: tag.to_string(),
         branch: head.to_string(),
         warnings: Vec::new(),
+        commit: None,
     })
 }
 
@@ -352,6 +353,7 @@ pub async fn propose(
         tag: tag.to_string(),
         branch: new.head.clone(),
         warnings: ensured.warnings,
+        commit: None,
     })
 }
 
@@ -644,6 +646,7 @@ mod tests {
             tag: "v2".into(),
             branch: "imagewatch/team-api".into(),
             warnings: vec![],
+            commit: None,
         };
         let record = status_of(&opened, None).unwrap();
         assert_eq!((record.number, record.state.as_str()), (4, "open"));

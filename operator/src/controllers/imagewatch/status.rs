@@ -39,6 +39,49 @@ pub fn build_status(
 // The condition helpers, where the status of a controller is built.
 pub use super::conditions::{merge_condition, ready_condition, ready_of, status_changed};
 
+/// The notifications of this reconcile (`spec.notify`): the messages found from the status it
+/// found and the one it leaves (whose `failureNotified` this brings up to date), and when the
+/// next `Failing` message falls due. `None` without destinations.
+pub(super) fn notifications(
+    watch: &ImageWatch,
+    new_status: &mut ImageWatchStatus,
+) -> Option<crate::controllers::Notifications> {
+    let destinations = watch.spec.notify.clone().filter(|d| !d.is_empty())?;
+    let now = jiff::Timestamp::now();
+    let git_url = watch.spec.git.as_ref().map(|g| g.url.clone());
+    let target = crate::notify::Target {
+        object: crate::controllers::object_ref(watch),
+        subject: imagewatch_engine::notify::Subject {
+            kind: "ImageWatch",
+            namespace: watch.namespace().unwrap_or_default(),
+            name: watch.name_any(),
+            repository_web: git_url
+                .as_deref()
+                .and_then(imagewatch_engine::notify::repository_web),
+        },
+        git_url,
+    };
+    let outgoing = imagewatch_engine::notify::watch_messages(
+        &target.subject,
+        &destinations,
+        watch.status.as_ref(),
+        new_status,
+        now,
+    );
+    let failing_due = imagewatch_engine::notify::failing_due(
+        &destinations,
+        &new_status.conditions,
+        new_status.failure_notified.as_ref(),
+        now,
+    );
+    Some(crate::controllers::Notifications {
+        target,
+        destinations,
+        outgoing,
+        failing_due,
+    })
+}
+
 pub(super) async fn patch_status_if_changed(
     watch: &ImageWatch,
     new_status: ImageWatchStatus,

@@ -203,9 +203,20 @@ pub(super) async fn write_and_propose(
     };
     // `status.applied` says what `branch` holds: a proposal is not applied until it is
     // merged (a PromotionPolicy reading this watch waits for that).
+    // The outcome's write is `branch` (what is applied); the commit and its instants are
+    // the push branch's (what is proposed).
+    let pushed = write.pushed;
     pull_request_step(watch, settings, &forge, step, ctx)
         .await
-        .map(|d| (on_base, d))
+        .map(|d| {
+            (
+                WriteResult { pushed, ..on_base },
+                pull_request::Delivered {
+                    commit: write.commit.clone(),
+                    ..d
+                },
+            )
+        })
 }
 
 /// One pull request step, after its push branch was written.

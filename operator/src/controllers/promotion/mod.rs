@@ -430,7 +430,15 @@ async fn reconcile(
         wants_finalizer(&new_status),
         result.is_ok(),
     );
+    let notify = notifications(policy, &mut new_status);
+    let failing_due = notify.as_ref().and_then(|n| n.failing_due);
     patch_status_if_changed(policy, new_status, &shared.ctx.client).await?;
+    if let Some(n) = notify {
+        shared
+            .ctx
+            .notifier
+            .send(&n.target, &n.destinations, n.outgoing);
+    }
     match change {
         Some(FinalizerChange::Add) => add_finalizer(&shared.ctx.client, policy.meta()).await?,
         Some(FinalizerChange::Remove) => {
@@ -439,7 +447,7 @@ async fn reconcile(
         None => {}
     }
     tracing::debug!(policy = %policy.name_any(), outcome = outcome_label, "reconciled promotion policy");
-    match result {
+    let after = match result {
         Ok(outcome) => {
             shared.failures.lock().await.remove(&key);
             let opens_in = match &outcome.delivery {
@@ -456,20 +464,19 @@ async fn reconcile(
                 .chain(opens_in)
                 .min()
                 .map(|d| d + Duration::from_secs(1));
-            Ok(Action::requeue(match recheck {
+            match recheck {
                 Some(d) if d < interval => d,
                 _ => interval,
-            }))
+            }
         }
         Err(e) if e.is_stalled() => {
             shared.failures.lock().await.remove(&key);
-            Ok(Action::requeue(interval))
+            interval
         }
-        Err(PromotionError::Forge(ref e)) if e.retry_after().is_some() => Ok(Action::requeue(
-            e.retry_after()
-                .unwrap_or(interval)
-                .max(Duration::from_secs(1)),
-        )),
+        Err(PromotionError::Forge(ref e)) if e.retry_after().is_some() => e
+            .retry_after()
+            .unwrap_or(interval)
+            .max(Duration::from_secs(1)),
         Err(_) => {
             let mut failures = shared.failures.lock().await;
             let n = failures.entry(key).or_insert(0);
@@ -477,9 +484,55 @@ async fn reconcile(
             let secs = 2u64
                 .saturating_pow((*n).min(10))
                 .min(interval.as_secs().max(5));
-            Ok(Action::requeue(Duration::from_secs(secs)))
+            Duration::from_secs(secs)
         }
-    }
+    };
+    // A `Failing` notification falls due before then: look again at that time.
+    Ok(Action::requeue(match failing_due {
+        Some(due) => after.min(due + Duration::from_secs(1)),
+        None => after,
+    }))
+}
+
+/// The notifications of this reconcile (`spec.notify`); see the ImageWatch controller's.
+fn notifications(
+    policy: &PromotionPolicy,
+    new_status: &mut imagewatch_crd::PromotionPolicyStatus,
+) -> Option<crate::controllers::Notifications> {
+    let destinations = policy.spec.notify.clone().filter(|d| !d.is_empty())?;
+    let now = jiff::Timestamp::now();
+    let git_url = policy.spec.to.git.as_ref().map(|g| g.url.clone());
+    let target = crate::notify::Target {
+        object: policy.object_ref(&()),
+        subject: imagewatch_engine::notify::Subject {
+            kind: "PromotionPolicy",
+            namespace: policy.namespace().unwrap_or_default(),
+            name: policy.name_any(),
+            repository_web: git_url
+                .as_deref()
+                .and_then(imagewatch_engine::notify::repository_web),
+        },
+        git_url,
+    };
+    let outgoing = imagewatch_engine::notify::promotion_messages(
+        &target.subject,
+        &destinations,
+        policy.status.as_ref(),
+        new_status,
+        now,
+    );
+    let failing_due = imagewatch_engine::notify::failing_due(
+        &destinations,
+        &new_status.conditions,
+        new_status.failure_notified.as_ref(),
+        now,
+    );
+    Some(crate::controllers::Notifications {
+        target,
+        destinations,
+        outgoing,
+        failing_due,
+    })
 }
 
 fn error_policy(
