@@ -168,15 +168,14 @@ pub fn watch_messages(
             good: true,
         });
     }
-    let mut out = route(destinations, messages);
-    out.extend(failures(
+    with_failures(
         subject,
         destinations,
+        messages,
         &new.conditions,
         &mut new.failure_notified,
         now,
-    ));
-    out
+    )
 }
 
 /// The messages a PromotionPolicy's reconcile makes (see [`watch_messages`]).
@@ -269,15 +268,14 @@ pub fn promotion_messages(
             });
         }
     }
-    let mut out = route(destinations, messages);
-    out.extend(failures(
+    with_failures(
         subject,
         destinations,
+        messages,
         &new.conditions,
         &mut new.failure_notified,
         now,
-    ));
-    out
+    )
 }
 
 /// One `Committed` message per history entry `new` has and `old` had not, oldest first;
@@ -396,6 +394,20 @@ pub fn repository_web(git_url: &str) -> Option<String> {
     let path = path.trim_matches('/');
     let path = path.strip_suffix(".git").unwrap_or(path);
     (!host.is_empty() && !path.is_empty()).then(|| format!("https://{host}/{path}"))
+}
+
+/// `messages` routed to the destinations that want them, then `Failing` and `Recovered`.
+fn with_failures(
+    subject: &Subject,
+    destinations: &[Notification],
+    messages: Vec<Message>,
+    conditions: &[Condition],
+    notified: &mut Option<FailureNotified>,
+    now: jiff::Timestamp,
+) -> Vec<Outgoing> {
+    let mut out = route(destinations, messages);
+    out.extend(failures(subject, destinations, conditions, notified, now));
+    out
 }
 
 /// Each message to each destination that wants it.

@@ -107,6 +107,45 @@ pub struct Notifications {
     pub failing_due: Option<Duration>,
 }
 
+impl Notifications {
+    /// The notifications of one reconcile of the object `object` (`namespace/name`, of
+    /// `kind`, writing to `git_url`) to `destinations` (`spec.notify`): `find` returns the
+    /// messages of the statuses it compares (bringing the new one's `failureNotified` up to
+    /// date) and when the next `Failing` message falls due. `None` without destinations.
+    pub fn of(
+        kind: &'static str,
+        object: k8s_openapi::api::core::v1::ObjectReference,
+        destinations: Option<&Vec<imagewatch_crd::Notification>>,
+        git_url: Option<String>,
+        find: impl FnOnce(
+            &imagewatch_engine::notify::Subject,
+            &[imagewatch_crd::Notification],
+            jiff::Timestamp,
+        ) -> (Vec<imagewatch_engine::notify::Outgoing>, Option<Duration>),
+    ) -> Option<Self> {
+        let destinations = destinations.filter(|d| !d.is_empty())?.clone();
+        let target = crate::notify::Target {
+            subject: imagewatch_engine::notify::Subject {
+                kind,
+                namespace: object.namespace.clone().unwrap_or_default(),
+                name: object.name.clone().unwrap_or_default(),
+                repository_web: git_url
+                    .as_deref()
+                    .and_then(imagewatch_engine::notify::repository_web),
+            },
+            object,
+            git_url,
+        };
+        let (outgoing, failing_due) = find(&target.subject, &destinations, jiff::Timestamp::now());
+        Some(Self {
+            target,
+            destinations,
+            outgoing,
+            failing_due,
+        })
+    }
+}
+
 /// One announcement of watched repositories per (credentials, registry); see
 /// [`Announcer::expect_repositories`].
 type Announcements =

@@ -46,40 +46,29 @@ pub(super) fn notifications(
     watch: &ImageWatch,
     new_status: &mut ImageWatchStatus,
 ) -> Option<crate::controllers::Notifications> {
-    let destinations = watch.spec.notify.clone().filter(|d| !d.is_empty())?;
-    let now = jiff::Timestamp::now();
-    let git_url = watch.spec.git.as_ref().map(|g| g.url.clone());
-    let target = crate::notify::Target {
-        object: crate::controllers::object_ref(watch),
-        subject: imagewatch_engine::notify::Subject {
-            kind: "ImageWatch",
-            namespace: watch.namespace().unwrap_or_default(),
-            name: watch.name_any(),
-            repository_web: git_url
-                .as_deref()
-                .and_then(imagewatch_engine::notify::repository_web),
+    use imagewatch_engine::notify::{failing_due, watch_messages};
+    crate::controllers::Notifications::of(
+        "ImageWatch",
+        crate::controllers::object_ref(watch),
+        watch.spec.notify.as_ref(),
+        watch.spec.git.as_ref().map(|g| g.url.clone()),
+        |subject, destinations, now| {
+            let out = watch_messages(
+                subject,
+                destinations,
+                watch.status.as_ref(),
+                new_status,
+                now,
+            );
+            let due = failing_due(
+                destinations,
+                &new_status.conditions,
+                new_status.failure_notified.as_ref(),
+                now,
+            );
+            (out, due)
         },
-        git_url,
-    };
-    let outgoing = imagewatch_engine::notify::watch_messages(
-        &target.subject,
-        &destinations,
-        watch.status.as_ref(),
-        new_status,
-        now,
-    );
-    let failing_due = imagewatch_engine::notify::failing_due(
-        &destinations,
-        &new_status.conditions,
-        new_status.failure_notified.as_ref(),
-        now,
-    );
-    Some(crate::controllers::Notifications {
-        target,
-        destinations,
-        outgoing,
-        failing_due,
-    })
+    )
 }
 
 pub(super) async fn patch_status_if_changed(

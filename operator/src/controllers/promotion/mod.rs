@@ -499,40 +499,29 @@ fn notifications(
     policy: &PromotionPolicy,
     new_status: &mut imagewatch_crd::PromotionPolicyStatus,
 ) -> Option<crate::controllers::Notifications> {
-    let destinations = policy.spec.notify.clone().filter(|d| !d.is_empty())?;
-    let now = jiff::Timestamp::now();
-    let git_url = policy.spec.to.git.as_ref().map(|g| g.url.clone());
-    let target = crate::notify::Target {
-        object: policy.object_ref(&()),
-        subject: imagewatch_engine::notify::Subject {
-            kind: "PromotionPolicy",
-            namespace: policy.namespace().unwrap_or_default(),
-            name: policy.name_any(),
-            repository_web: git_url
-                .as_deref()
-                .and_then(imagewatch_engine::notify::repository_web),
+    use imagewatch_engine::notify::{failing_due, promotion_messages};
+    crate::controllers::Notifications::of(
+        "PromotionPolicy",
+        policy.object_ref(&()),
+        policy.spec.notify.as_ref(),
+        policy.spec.to.git.as_ref().map(|g| g.url.clone()),
+        |subject, destinations, now| {
+            let out = promotion_messages(
+                subject,
+                destinations,
+                policy.status.as_ref(),
+                new_status,
+                now,
+            );
+            let due = failing_due(
+                destinations,
+                &new_status.conditions,
+                new_status.failure_notified.as_ref(),
+                now,
+            );
+            (out, due)
         },
-        git_url,
-    };
-    let outgoing = imagewatch_engine::notify::promotion_messages(
-        &target.subject,
-        &destinations,
-        policy.status.as_ref(),
-        new_status,
-        now,
-    );
-    let failing_due = imagewatch_engine::notify::failing_due(
-        &destinations,
-        &new_status.conditions,
-        new_status.failure_notified.as_ref(),
-        now,
-    );
-    Some(crate::controllers::Notifications {
-        target,
-        destinations,
-        outgoing,
-        failing_due,
-    })
+    )
 }
 
 fn error_policy(
