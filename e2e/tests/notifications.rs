@@ -305,7 +305,7 @@ async fn wait_delivered(receiver: &Receiver, paths: &[&str], ids: &[String]) -> 
 #[tokio::test]
 async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() -> anyhow::Result<()>
 {
-    let s = Scenario::start("notify", &[]).await?;
+    let mut s = Scenario::start("notify", &[]).await?;
     let mut gitea = Gitea::start().await?;
     gitea.serve_git_over_https(s.ground)?;
     let (receiver, tls) = start_receiver(&s).await?;
@@ -323,15 +323,7 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         .unwrap_or_default();
     registry.retag(&image_repo, "v1.0.0", "v1.1.0")?;
     // The ground's shared registry notifies no one: ask for a look.
-    s.ground.kubectl(&[
-        "annotate",
-        "imagewatch",
-        "api",
-        "-n",
-        &s.ns.name,
-        "imagewatch.dev/requestedAt=v1.1.0",
-        "--overwrite",
-    ])?;
+    recheck(&s, "v1.1.0").await?;
     let w: ImageWatch = wait_until("a pull request", TIMEOUT, || async {
         let w = s.watches.get("api").await?;
         let open = w
@@ -401,6 +393,20 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         assert!(got.values().all(|v| v.len() == 1), "{path}: {got:?}");
     }
 
+    // Step 3b: a restart finds nothing to tell again. The restarted operator's look at the
+    // watch is confirmed by a re-check it records.
+    let before: Vec<usize> = ["slack", "teams", "hook", "flaky"]
+        .iter()
+        .map(|p| receiver.all(p).len())
+        .collect();
+    s.operator.restart()?;
+    recheck(&s, "after-restart").await?;
+    let after: Vec<usize> = ["slack", "teams", "hook", "flaky"]
+        .iter()
+        .map(|p| receiver.all(p).len())
+        .collect();
+    assert_eq!(before, after, "a restart sent messages again");
+
     // Step 4: Gitea has the commit status and the comment.
     let statuses = wait_until("the commit status", TIMEOUT, || async {
         let v = gitea
@@ -460,6 +466,25 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
 
     // Step 6: a failure past failingAfter is told once; its end once.
     failing_then_recovered(&s, &receiver).await
+}
+
+/// Asks for a look at the watch and waits until the operator recorded it.
+async fn recheck(s: &Scenario, value: &str) -> anyhow::Result<()> {
+    s.ground.kubectl(&[
+        "annotate",
+        "imagewatch",
+        "api",
+        "-n",
+        &s.ns.name,
+        &format!("imagewatch.dev/requestedAt={value}"),
+        "--overwrite",
+    ])?;
+    wait_until(&format!("re-check {value} handled"), TIMEOUT, || async {
+        let w = s.watches.get("api").await?;
+        let handled = w.status.and_then(|st| st.last_handled_requested_at);
+        Ok((handled.as_deref() == Some(value)).then_some(()))
+    })
+    .await
 }
 
 /// The watch's registry Secret goes missing: Slack hears `Failing` once after a second, and

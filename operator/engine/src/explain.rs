@@ -98,13 +98,13 @@ pub fn promotion(
     if !status.gates.is_empty() {
         let _ = writeln!(out, "  Gates:");
         for gate in &status.gates {
-            let _ = writeln!(
-                out,
+            let line = format!(
                 "    {:<14} {:<7} {}",
                 gate.name,
                 if gate.passed { "passed" } else { "waiting" },
                 gate.message.as_deref().unwrap_or("")
             );
+            let _ = writeln!(out, "{}", line.trim_end());
         }
     }
     for held in &status.held {

@@ -74,3 +74,34 @@ fn a_watch_never_reconciled_says_so() {
         "{text}"
     );
 }
+
+#[test]
+fn a_promotion_says_its_candidate_gates_and_history() {
+    let value = serde_json::json!({
+        "spec": {
+            "from": {"path": "apps/stg"},
+            "to": {"git": {"url": "https://git.example.com/org/manifests.git"}, "path": "apps/prod"},
+            "mode": "Commit"
+        },
+        "status": {
+            "source": "apps/stg",
+            "candidate": [{"name": "api", "image": "r.io/api", "tag": "v2", "current": "v1"}],
+            "candidateSummary": "api:v2",
+            "gates": [
+                {"name": "imageExists", "passed": true},
+                {"name": "soak", "passed": false, "message": "12m of 30m"}
+            ],
+            "history": [{"tag": "v1", "image": "api", "commit": "0123456789abcdef", "time": "2026-12-05T09:00:00Z", "trigger": "Promotion"}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Gated", "message": "soak", "lastTransitionTime": "2026-12-06T08:48:00Z"}]
+        }
+    });
+    let spec: imagewatch_crd::PromotionPolicySpec =
+        serde_json::from_value(value["spec"].clone()).unwrap();
+    let status: imagewatch_crd::PromotionPolicyStatus =
+        serde_json::from_value(value["status"].clone()).unwrap();
+    let text = super::promotion("shop", "api-prod", &spec, Some(&status), now());
+    assert_eq!(
+        text,
+        "PromotionPolicy shop/api-prod\n  From:        apps/stg\n  To:          apps/prod\n  Ready:       True Gated (since 12m ago)\n  Candidate:\n    api                  v2 (the target holds v1)\n  Gates:\n    imageExists    passed\n    soak           waiting 12m of 30m\n  Last error:  none\n  History (newest first):\n    24h ago     api v1  commit 0123456789ab  Promotion\n"
+    );
+}
