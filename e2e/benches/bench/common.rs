@@ -48,12 +48,17 @@ pub struct Setup {
 impl Setup {
     /// A namespace with the chart's ServiceAccount and RBAC and the `git-creds` Secret.
     pub async fn new(prefix: &str) -> anyhow::Result<Self> {
+        Self::with_chart_values(prefix, &[]).await
+    }
+
+    /// [`Setup::new`], the chart's RBAC rendered with `values` (`key=value`, e.g. `shards=6`).
+    pub async fn with_chart_values(prefix: &str, values: &[&str]) -> anyhow::Result<Self> {
         let ground = Ground::get()?;
         ground.install_crds()?;
         let ns = TestNamespace::create(ground, prefix).await?;
         let admin = ground.admin().await?;
         let release = format!("iw-{}", ns.name);
-        ground.install_chart_rbac(&release, &ns.name)?;
+        ground.install_chart_rbac_with(&release, &ns.name, values)?;
         let (kubeconfig, _) = ns
             .service_account(ground, &format!("{release}-imagewatch"))
             .await?;

@@ -22,6 +22,12 @@
 //! on watches that already hold their status. Measured from the new process's start until it
 //! has reconciled W watches and listed every repository once: the first sync when the status
 //! writes are already done.
+//!
+//! Then, with the operator gone, the floor of the registry side in the same run: this driver
+//! lists every repository once at the operator's default rate for a registry (100 requests/s
+//! after a burst of 200), 32 requests in flight, with tokens of 64 repositories as the
+//! operator gets them — what any tool needs to see every repository once. The floor of the
+//! API-server side (W status writes) comes from the `apiserver` scenario of the same run.
 
 use std::{
     sync::Arc,
@@ -100,6 +106,9 @@ pub struct WatchResult {
     pub peak_fds: usize,
     /// The first sync of a restarted operator.
     pub restart: Restart,
+    /// The registry's time to list every repository once at the default rate (the driver's
+    /// requests, with the operator stopped).
+    pub tag_list_floor: Duration,
 }
 
 /// A restarted operator's first sync, over watches that already hold their status.
@@ -126,78 +135,8 @@ const IMAGEWATCH_AGENT: &str = "imagewatch/";
 pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
     let registry = Arc::new(TokenRegistry::start(TOKEN_LIFETIME).await?);
     let host = registry.host.clone();
-    let minting = registry.clone();
-    let authorize: Authorizer = Arc::new(move |repos: &[&str]| minting.push_authorization(repos));
-    let pusher = ImagePusher::new(&host, authorize)?;
-
-    // R repositories, one tag each.
-    let prefix = format!("scale-{}", random_suffix());
-    let repos: Vec<String> = (0..plan.repositories)
-        .map(|r| format!("{prefix}/app-{r}"))
-        .collect();
-    let base = BaseImage::new(&format!("{prefix}/base"));
-    pusher.upload_base(&base).await?;
-    let started = Instant::now();
-    futures::stream::iter(&repos)
-        .map(|r| {
-            let (pusher, base) = (&pusher, &base);
-            async move {
-                pusher.mount_base(base, r).await?;
-                pusher.push_tag(base, r, "v1.0.0").await
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await?;
-    eprintln!(
-        "bench:   {} repositories pushed in {:.1} s",
-        repos.len(),
-        started.elapsed().as_secs_f64()
-    );
-    drop(pusher);
-
     let mut setup = Setup::new("scale").await?;
-    let ns = setup.ns.name.clone();
-    setup
-        .registry_secret("benchreg", &registry.dockerconfigjson())
-        .await?;
-    let watch = |i: usize| {
-        (
-            format!("w-{i}"),
-            &repos[i % plan.repositories],
-            i % plan.git_repos,
-        )
-    };
-    let mut urls = Vec::new();
-    for g in 0..plan.git_repos {
-        let files: Vec<(String, String)> = (0..plan.watches)
-            .filter(|i| watch(*i).2 == g)
-            .map(|i| {
-                let (name, repo, _) = watch(i);
-                (
-                    manifest_path(&name),
-                    deployment(&name, &format!("{host}/{repo}:v1.0.0")),
-                )
-            })
-            .collect();
-        urls.push(setup.git_repo(&format!("scale-{ns}-{g}"), &files)?);
-    }
-    let objects = (0..plan.watches)
-        .map(|i| {
-            let (name, repo, g) = watch(i);
-            watch_object(
-                &name,
-                &format!("{host}/{repo}"),
-                "v*",
-                &plan.interval_text,
-                &urls[g],
-                "benchreg",
-            )
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    eprintln!("bench:   creating {} ImageWatches …", plan.watches);
-    let create = setup.create_watches(objects).await?;
-    eprintln!("bench:   created in {:.1} s", create.as_secs_f64());
+    let (repos, create) = populate(&plan, &registry, &mut setup).await?;
 
     let log = registry.log_path();
     let commits_at_start = setup.commit_count()?;
@@ -393,6 +332,13 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
         resync.as_secs_f64()
     );
     operator.kill();
+    eprintln!("bench:   the registry's floor: every repository listed once at the default rate …");
+    let tag_list_floor = tag_list_floor(&registry, &repos).await?;
+    eprintln!(
+        "bench:   {} tag lists in {:.1} s",
+        repos.len(),
+        tag_list_floor.as_secs_f64()
+    );
     eprintln!("bench:   deleting the ImageWatches …");
     setup.delete_watches().await;
     Ok(WatchResult {
@@ -422,10 +368,139 @@ pub async fn run(plan: WatchPlan) -> anyhow::Result<WatchResult> {
             cpu: restart_cpu,
             commits: restart_commits,
         },
+        tag_list_floor,
     })
 }
 
-async fn reconciles(operator: &imagewatch_e2e::Operator) -> anyhow::Result<f64> {
+/// Lists every repository of `repos` once, as the operator's default per-registry rate lets
+/// it (request `i` starts no earlier than `(i - burst) / rate` seconds in), 32 in flight,
+/// each token covering 64 repositories; the time until the last answer is read.
+async fn tag_list_floor(registry: &TokenRegistry, repos: &[String]) -> anyhow::Result<Duration> {
+    use imagewatch::registry::ratelimit::{DEFAULT_BURST, DEFAULT_RATE_PER_SECOND};
+    let per_token = imagewatch::registry::DEFAULT_REPOSITORIES_PER_TOKEN as usize;
+    let tokens: Vec<String> = repos
+        .chunks(per_token)
+        .map(|chunk| {
+            let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            registry.push_authorization(&names)
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    let started = tokio::time::Instant::now();
+    futures::stream::iter(repos.iter().enumerate())
+        .map(|(i, repo)| {
+            let (http, tokens) = (&http, &tokens);
+            async move {
+                let early = i.saturating_sub(DEFAULT_BURST as usize) as f64;
+                tokio::time::sleep_until(
+                    started + Duration::from_secs_f64(early / DEFAULT_RATE_PER_SECOND),
+                )
+                .await;
+                let answer = http
+                    .get(format!("http://{}/v2/{repo}/tags/list", registry.host))
+                    .header(reqwest::header::AUTHORIZATION, &tokens[i / per_token])
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    answer.status().is_success(),
+                    "tag list of {repo}: HTTP {}",
+                    answer.status()
+                );
+                answer.bytes().await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(started.elapsed())
+}
+
+/// The scenario's world: R repositories holding one tag each, G manifests repositories
+/// whose Deployments already run it, and W ImageWatches (watch `i` follows repository
+/// `i mod R` and writes to manifests repository `i mod G`) with the pull Secret `benchreg`.
+/// Returns the repositories and how long creating the watches took.
+pub async fn populate(
+    plan: &WatchPlan,
+    registry: &Arc<TokenRegistry>,
+    setup: &mut Setup,
+) -> anyhow::Result<(Vec<String>, Duration)> {
+    let host = registry.host.clone();
+    let minting = registry.clone();
+    let authorize: Authorizer = Arc::new(move |repos: &[&str]| minting.push_authorization(repos));
+    let pusher = ImagePusher::new(&host, authorize)?;
+
+    // R repositories, one tag each.
+    let prefix = format!("scale-{}", random_suffix());
+    let repos: Vec<String> = (0..plan.repositories)
+        .map(|r| format!("{prefix}/app-{r}"))
+        .collect();
+    let base = BaseImage::new(&format!("{prefix}/base"));
+    pusher.upload_base(&base).await?;
+    let started = Instant::now();
+    futures::stream::iter(&repos)
+        .map(|r| {
+            let (pusher, base) = (&pusher, &base);
+            async move {
+                pusher.mount_base(base, r).await?;
+                pusher.push_tag(base, r, "v1.0.0").await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+    eprintln!(
+        "bench:   {} repositories pushed in {:.1} s",
+        repos.len(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(pusher);
+
+    let ns = setup.ns.name.clone();
+    setup
+        .registry_secret("benchreg", &registry.dockerconfigjson())
+        .await?;
+    let watch = |i: usize| {
+        (
+            format!("w-{i}"),
+            &repos[i % plan.repositories],
+            i % plan.git_repos,
+        )
+    };
+    let mut urls = Vec::new();
+    for g in 0..plan.git_repos {
+        let files: Vec<(String, String)> = (0..plan.watches)
+            .filter(|i| watch(*i).2 == g)
+            .map(|i| {
+                let (name, repo, _) = watch(i);
+                (
+                    manifest_path(&name),
+                    deployment(&name, &format!("{host}/{repo}:v1.0.0")),
+                )
+            })
+            .collect();
+        urls.push(setup.git_repo(&format!("scale-{ns}-{g}"), &files)?);
+    }
+    let objects = (0..plan.watches)
+        .map(|i| {
+            let (name, repo, g) = watch(i);
+            watch_object(
+                &name,
+                &format!("{host}/{repo}"),
+                "v*",
+                &plan.interval_text,
+                &urls[g],
+                "benchreg",
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    eprintln!("bench:   creating {} ImageWatches …", plan.watches);
+    let create = setup.create_watches(objects).await?;
+    eprintln!("bench:   created in {:.1} s", create.as_secs_f64());
+    Ok((repos, create))
+}
+
+pub async fn reconciles(operator: &imagewatch_e2e::Operator) -> anyhow::Result<f64> {
     Ok(metric_sum(
         &operator.metrics().await?,
         "imagewatch_reconciles_total",
