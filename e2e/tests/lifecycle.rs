@@ -227,3 +227,35 @@ async fn stopping_one_of_three_sqs_consumers_strands_no_message() -> anyhow::Res
     .await?;
     Ok(())
 }
+
+/// A metrics address already in use stops the process at once, saying so: it never runs
+/// without `/metrics` and `/readyz` (a second replica given the same port would otherwise
+/// work unseen).
+#[tokio::test]
+async fn a_metrics_address_in_use_stops_the_process_with_the_reason() -> anyhow::Result<()> {
+    let ground = Ground::get()?;
+    ground.install_crds()?;
+    let ns = TestNamespace::create(ground, "bindfail").await?;
+    let taken = TcpListener::bind("127.0.0.1:0")?;
+    let addr = taken.local_addr()?.to_string();
+    let mut operator = Operator::start_with_env(
+        ground,
+        &ns.name,
+        &ground.kubeconfig,
+        &["--namespace", &ns.name, "--pod-namespace", &ns.name],
+        &[("IMAGEWATCH_METRICS_ADDR", addr.as_str())],
+    )?;
+    let operator = std::sync::Mutex::new(&mut operator);
+    wait_until("the process to exit", Duration::from_secs(30), || async {
+        let running = operator.lock().map(|mut o| o.is_running()).unwrap_or(true);
+        Ok((!running).then_some(()))
+    })
+    .await?;
+    let log = operator.lock().map(|o| o.log_tail(5)).unwrap_or_default();
+    assert!(
+        log.contains("metrics server: Address already in use"),
+        "{log}"
+    );
+    drop(taken);
+    Ok(())
+}

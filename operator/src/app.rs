@@ -192,8 +192,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         Some(shards) => shard::peer_router(shards.clone(), event_tx.clone()),
         None => axum::Router::new(),
     };
+    // Bound before anything starts: an address in use stops the process at once, instead of
+    // leaving it running without /metrics and /readyz.
+    let listener = tokio::net::TcpListener::bind(config.telemetry.metrics_addr)
+        .await
+        .map_err(RunError::Metrics)?;
     let server = tokio::spawn(crate::telemetry::serve(
-        config.telemetry.metrics_addr,
+        listener,
         metrics.clone(),
         peer_routes,
         async move { server_token.cancelled().await },

@@ -11,7 +11,7 @@ use std::{sync::Arc, time::Instant};
 
 use imagewatch_e2e::{
     bench::{ProcessSample, metric_sum},
-    operator::{Operator, free_port},
+    operator::Operator,
     token_registry::TokenRegistry,
 };
 
@@ -63,9 +63,19 @@ pub async fn run(plan: WatchPlan, replicas: usize, shards: u32) -> anyhow::Resul
         ("registry", Some(registry.pid())),
     ]);
     let started = Instant::now();
+    // Distinct metrics ports: held open together while they are picked, so no two replicas
+    // are given the same one.
+    let held: Vec<std::net::TcpListener> = (0..replicas)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    let ports: Vec<u16> = held
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<_, _>>()?;
+    drop(held);
     let mut operators = Vec::new();
-    for k in 0..replicas {
-        let metrics_addr = format!("127.0.0.1:{}", free_port()?);
+    for (k, port) in ports.into_iter().enumerate() {
+        let metrics_addr = format!("127.0.0.1:{port}");
         let name = format!("bench-{k}");
         let flags = [
             "--namespace",

@@ -595,7 +595,7 @@ impl Metrics {
 
 /// Serves `/metrics`, `/healthz` and `/readyz` until `shutdown` resolves.
 pub async fn serve(
-    addr: std::net::SocketAddr,
+    listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     extra: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -636,7 +636,7 @@ pub async fn serve(
             }),
         )
         .merge(extra);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
