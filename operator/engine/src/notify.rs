@@ -195,21 +195,45 @@ pub fn promotion_messages(
             .and_then(|c| c.current.clone())
     };
     let mut messages = committed(subject, &old.history, &new.history, current);
-    if let Some(pr) = &new.pull_request
-        && old
-            .pull_request
+    // The pull request: opened (a new number), updated (a new commit on the same one),
+    // merged (gone, and the target holds the candidate).
+    let summary = new.candidate_summary.as_deref().unwrap_or("");
+    let same_pr = |p: &imagewatch_crd::promotion::PullRequestRef| {
+        old.pull_request
             .as_ref()
-            .is_none_or(|b| b.number != pr.number)
-    {
+            .is_some_and(|b| b.number == p.number)
+    };
+    let pushed_to = |url: &str| {
+        new.history
+            .iter()
+            .filter(|c| c.pull_request.as_deref() == Some(url))
+            .find(|c| !old.history.contains(c))
+            .and_then(|c| c.commit.clone())
+    };
+    let action = match (&new.pull_request, &old.pull_request) {
+        (Some(pr), _) if !same_pr(pr) => Some((pr.clone(), "opened".to_owned())),
+        (Some(pr), _) => pushed_to(&pr.url).map(|c| (pr.clone(), format!("updated/{c}"))),
+        (None, Some(before)) => {
+            let holds = condition(&new.conditions, READY).is_some_and(|c| {
+                c.status == "True" && c.reason == imagewatch_crd::conditions::reason::UP_TO_DATE
+            });
+            let closed_here = condition(
+                &new.conditions,
+                imagewatch_crd::conditions::PULL_REQUEST_OPEN,
+            )
+            .is_some_and(|c| c.reason == imagewatch_crd::conditions::reason::CLOSED);
+            (holds && !closed_here).then(|| (before.clone(), "merged".to_owned()))
+        }
+        (None, None) => None,
+    };
+    if let Some((pr, action)) = action {
+        let verb = action.split('/').next().unwrap_or_default().to_owned();
         messages.push(Message {
             kind: HappeningKind::PullRequest,
-            id: format!("pull-request/{}/opened", pr.number),
+            id: format!("pull-request/{}/{action}", pr.number),
             title: format!(
-                "{}/{}: pull request #{} opened ({})",
-                subject.namespace,
-                subject.name,
-                pr.number,
-                new.candidate_summary.as_deref().unwrap_or("")
+                "{}/{}: pull request #{} {verb} ({summary})",
+                subject.namespace, subject.name, pr.number,
             ),
             facts: vec![
                 ("Pull request".into(), pr.url.clone()),

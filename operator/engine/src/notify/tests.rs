@@ -333,3 +333,44 @@ fn repository_web_urls_come_from_every_git_url_form() {
         "https://gitlab.example.com/g/p/-/commit/c"
     );
 }
+
+#[test]
+fn a_promotion_pull_request_is_announced_when_opened_updated_and_merged() {
+    use imagewatch_crd::promotion::PullRequestRef;
+    let destinations = [destination("comment", NotificationType::PullRequestComment)];
+    let subject = Subject {
+        kind: "PromotionPolicy",
+        ..subject()
+    };
+    let pr = PullRequestRef {
+        url: "https://git.example.com/shop/manifests/pulls/9".into(),
+        number: 9,
+        branch: "imagewatch/promote".into(),
+    };
+    let proposed = |commit: &str| ChangeRecord {
+        image: Some("api".into()),
+        pull_request: Some(pr.url.clone()),
+        trigger: "Promotion".into(),
+        ..change("v2", commit, 1)
+    };
+    let ids =
+        |out: &[Outgoing]| -> Vec<String> { out.iter().map(|o| o.message.id.clone()).collect() };
+    let mut status = PromotionPolicyStatus::default();
+    let old = status.clone();
+    status.pull_request = Some(pr.clone());
+    status.history = vec![proposed("c1")];
+    let out = promotion_messages(&subject, &destinations, Some(&old), &mut status, at(1));
+    assert_eq!(ids(&out), vec!["pull-request/9/opened"]);
+    // A new commit pushed to the same pull request.
+    let old = status.clone();
+    status.history.insert(0, proposed("c2"));
+    let out = promotion_messages(&subject, &destinations, Some(&old), &mut status, at(2));
+    assert_eq!(ids(&out), vec!["pull-request/9/updated/c2"]);
+    // Merged: gone, and the target holds the candidate.
+    let old = status.clone();
+    status.pull_request = None;
+    status.conditions = vec![ready("True", "UpToDate", 3)];
+    let out = promotion_messages(&subject, &destinations, Some(&old), &mut status, at(3));
+    assert_eq!(ids(&out), vec!["pull-request/9/merged"]);
+    assert_eq!(out[0].message.title, "shop/api: pull request #9 merged ()");
+}
