@@ -545,6 +545,42 @@ fn failures(
     out
 }
 
+/// [`watch_messages`], with when the next `Failing` message falls due ([`failing_due`]).
+pub fn watch_notices(
+    subject: &Subject,
+    destinations: &[Notification],
+    old: Option<&ImageWatchStatus>,
+    new: &mut ImageWatchStatus,
+    now: jiff::Timestamp,
+) -> (Vec<Outgoing>, Option<Duration>) {
+    let out = watch_messages(subject, destinations, old, new, now);
+    let due = failing_due(
+        destinations,
+        &new.conditions,
+        new.failure_notified.as_ref(),
+        now,
+    );
+    (out, due)
+}
+
+/// [`promotion_messages`], with when the next `Failing` message falls due ([`failing_due`]).
+pub fn promotion_notices(
+    subject: &Subject,
+    destinations: &[Notification],
+    old: Option<&PromotionPolicyStatus>,
+    new: &mut PromotionPolicyStatus,
+    now: jiff::Timestamp,
+) -> (Vec<Outgoing>, Option<Duration>) {
+    let out = promotion_messages(subject, destinations, old, new, now);
+    let due = failing_due(
+        destinations,
+        &new.conditions,
+        new.failure_notified.as_ref(),
+        now,
+    );
+    (out, due)
+}
+
 /// When the next `Failing` message falls due (the soonest destination threshold not yet
 /// reached), so the object can be looked at then.
 #[must_use]

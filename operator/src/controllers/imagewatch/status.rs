@@ -46,27 +46,19 @@ pub(super) fn notifications(
     watch: &ImageWatch,
     new_status: &mut ImageWatchStatus,
 ) -> Option<crate::controllers::Notifications> {
-    use imagewatch_engine::notify::{failing_due, watch_messages};
     crate::controllers::Notifications::of(
         "ImageWatch",
         crate::controllers::object_ref(watch),
         watch.spec.notify.as_ref(),
         watch.spec.git.as_ref().map(|g| g.url.clone()),
         |subject, destinations, now| {
-            let out = watch_messages(
+            imagewatch_engine::notify::watch_notices(
                 subject,
                 destinations,
                 watch.status.as_ref(),
                 new_status,
                 now,
-            );
-            let due = failing_due(
-                destinations,
-                &new_status.conditions,
-                new_status.failure_notified.as_ref(),
-                now,
-            );
-            (out, due)
+            )
         },
     )
 }

@@ -499,27 +499,19 @@ fn notifications(
     policy: &PromotionPolicy,
     new_status: &mut imagewatch_crd::PromotionPolicyStatus,
 ) -> Option<crate::controllers::Notifications> {
-    use imagewatch_engine::notify::{failing_due, promotion_messages};
     crate::controllers::Notifications::of(
         "PromotionPolicy",
         policy.object_ref(&()),
         policy.spec.notify.as_ref(),
         policy.spec.to.git.as_ref().map(|g| g.url.clone()),
         |subject, destinations, now| {
-            let out = promotion_messages(
+            imagewatch_engine::notify::promotion_notices(
                 subject,
                 destinations,
                 policy.status.as_ref(),
                 new_status,
                 now,
-            );
-            let due = failing_due(
-                destinations,
-                &new_status.conditions,
-                new_status.failure_notified.as_ref(),
-                now,
-            );
-            (out, due)
+            )
         },
     )
 }
