@@ -19,7 +19,7 @@ use axum::{
 };
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
-    faultproxy::FaultProxy,
+    faultproxy::{Fault, FaultProxy, Verdict},
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
     setup::{Scenario, create_secret},
@@ -206,8 +206,14 @@ fn check_hmac(r: &Received) -> Result<(), String> {
     ring::hmac::verify(&key, &r.body, &signature).map_err(|_| "the HMAC does not verify".into())
 }
 
-/// The Gitea repository, the Secrets and the watch's YAML (`notify` given).
-async fn setup(s: &Scenario, gitea: &Gitea, receiver: &str) -> anyhow::Result<(String, String)> {
+/// The Gitea repository, the Secrets and the watch's YAML (`notify` given); the watch's
+/// pull requests go to Gitea's API at `pr_api`.
+async fn setup(
+    s: &Scenario,
+    gitea: &Gitea,
+    receiver: &str,
+    pr_api: &str,
+) -> anyhow::Result<(String, String)> {
     let registry = s.ground.registry()?;
     let image_repo = format!("e2e/notify-{}", random_suffix());
     let image = format!("{}/{image_repo}", registry.host);
@@ -267,7 +273,7 @@ spec:
   git:
     url: {url}
     secretRef: {{name: gitea-git}}
-    pullRequest: {{provider: gitea, apiUrl: "{api}", secretRef: {{name: gitea-api}}}}
+    pullRequest: {{provider: gitea, apiUrl: "{pr_api}", secretRef: {{name: gitea-api}}}}
   target:
     workload: {{path: apps/api, kind: Deployment, name: api, container: api}}
   notify:
@@ -309,7 +315,22 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
     let mut gitea = Gitea::start().await?;
     gitea.serve_git_over_https(s.ground)?;
     let (receiver, tls) = start_receiver(&s).await?;
-    let (repo, yaml) = setup(&s, &gitea, &tls.addr()).await?;
+    // The pull requests' API goes through a proxy that refuses the first "create" once: the
+    // reconcile that pushed the push branch fails, the next opens the pull request without
+    // pushing again, and the change is still recorded and told once.
+    let pr_proxy = FaultProxy::start(gitea.url.trim_start_matches("http://"))?;
+    let pr_api = format!("http://{}/api/v1", pr_proxy.addr());
+    let started = std::time::Instant::now();
+    let (repo, yaml) = setup(&s, &gitea, &tls.addr(), &pr_api).await?;
+    pr_proxy.set_matching_times(
+        Fault::Status {
+            status: 500,
+            retry_after: None,
+            body: r#"{"message":"the first pull request fails"}"#.into(),
+        },
+        "/pulls HTTP",
+        1,
+    )?;
     s.apply(&yaml)?;
     s.wait_ready("api", "True", "UpToDate").await?;
 
@@ -339,7 +360,16 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         .pull_request
         .clone()
         .unwrap_or_else(|| unreachable!());
-    let commit = status.history[0].commit.clone().unwrap_or_default();
+    anyhow::ensure!(
+        pr_proxy.count_since(started, Verdict::Answered(500)) == 1,
+        "the first pull request was not refused: {:?}",
+        pr_proxy.seen()
+    );
+    let commit = status
+        .history
+        .first()
+        .and_then(|c| c.commit.clone())
+        .ok_or_else(|| anyhow::anyhow!("no change in status.history: {status:?}"))?;
     let ids = vec![
         format!("committed/{commit}/v1.1.0"),
         format!("pull-request/{}/opened/v1.1.0", pr.number),

@@ -52,6 +52,18 @@ pub struct WriteResult {
     pub pushed: Option<(std::time::Instant, std::time::Instant)>,
 }
 
+impl WriteResult {
+    /// The commit of the written branch that holds the wanted image: the one this write
+    /// made, or, when the branch already held it (an earlier reconcile pushed it and failed
+    /// before its pull request was recorded), the branch's head.
+    #[must_use]
+    pub fn holding_commit(&self) -> Option<String> {
+        self.commit
+            .clone()
+            .or_else(|| (self.current_after == self.desired).then(|| self.head.clone()))
+    }
+}
+
 /// What was done with the pull request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrAction {
@@ -114,7 +126,8 @@ pub struct Delivered {
     pub branch: String,
     /// Label and auto-merge problems (the pull request stands).
     pub warnings: Vec<String>,
-    /// The commit this reconcile pushed to `branch`, if it pushed one.
+    /// The push branch's commit proposing the tag: pushed by this reconcile, or by an
+    /// earlier one that failed before the pull request was recorded.
     pub commit: Option<String>,
 }
 
@@ -238,5 +251,40 @@ impl<E> Reconciled<E> {
             Some(left) => (left + std::time::Duration::from_secs(1)).min(interval),
             None => interval,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WriteResult;
+
+    fn write(before: &str, after: &str, commit: Option<&str>) -> WriteResult {
+        WriteResult {
+            file: "d.yaml".into(),
+            current_before: before.into(),
+            current_after: after.into(),
+            desired: "r/api:v2".into(),
+            changed_needed: false,
+            commit: commit.map(str::to_owned),
+            head: "head".into(),
+            attempts: 1,
+            held: None,
+            pushed: None,
+        }
+    }
+
+    #[test]
+    fn the_commit_holding_the_image_is_this_writes_or_the_head_already_holding_it() {
+        assert_eq!(
+            write("r/api:v1", "r/api:v2", Some("c2")).holding_commit(),
+            Some("c2".into())
+        );
+        // Pushed by an earlier reconcile that failed before its pull request was recorded.
+        assert_eq!(
+            write("r/api:v2", "r/api:v2", None).holding_commit(),
+            Some("head".into())
+        );
+        // Held back (a person's change): the head does not hold the wanted image.
+        assert_eq!(write("r/api:v1", "r/api:v1", None).holding_commit(), None);
     }
 }

@@ -212,7 +212,10 @@ pub(super) async fn write_and_propose(
             (
                 WriteResult { pushed, ..on_base },
                 pull_request::Delivered {
-                    commit: write.commit.clone(),
+                    commit: on_base
+                        .changed_needed
+                        .then(|| write.holding_commit())
+                        .flatten(),
                     ..d
                 },
             )
