@@ -76,7 +76,7 @@ pub struct GitSource {
 #[serde(rename_all = "camelCase")]
 pub struct GitPullRequest {
     /// `github`, `gitlab` or `gitea`.
-    pub provider: crate::promotion::ForgeProvider,
+    pub provider: ForgeProvider,
     /// API base URL for self-hosted forges, e.g. `https://gitea.example.com/api/v1`;
     /// omitted: the provider's API on the Git URL's host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -294,7 +294,7 @@ pub struct Notification {
     /// The forge of `CommitStatus` and `PullRequestComment`; the repository is the object's
     /// Git repository.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub provider: Option<crate::promotion::ForgeProvider>,
+    pub provider: Option<ForgeProvider>,
     /// The forge's API base URL when it is not the provider's default for the Git host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
@@ -371,4 +371,49 @@ pub struct FailureNotified {
     /// The destinations sent a `Failing` message for it.
     #[schemars(length(max = 10))]
     pub destinations: Vec<String>,
+}
+
+/// Forge APIs for pull requests.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeProvider {
+    /// GitHub (pull requests).
+    Github,
+    /// GitLab (merge requests).
+    Gitlab,
+    /// Gitea / Forgejo (pull requests).
+    Gitea,
+}
+
+/// Where a pull request stands (`status.pullRequest.state`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum PullRequestState {
+    /// Open (GitLab: opened).
+    #[default]
+    Open,
+    /// Closed without merging.
+    Closed,
+    /// Merged.
+    Merged,
+}
+
+impl PullRequestState {
+    /// `open`, `closed`, `merged`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Closed => "closed",
+            Self::Merged => "merged",
+        }
+    }
+}
+
+impl std::fmt::Display for PullRequestState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

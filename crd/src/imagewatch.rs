@@ -506,7 +506,7 @@ pub struct WatchPullRequest {
     /// Web URL.
     pub url: String,
     /// `open`, `closed` or `merged`.
-    pub state: String,
+    pub state: crate::common::PullRequestState,
     /// Head (push) branch.
     pub branch: String,
     /// The tag it proposes.

@@ -20,8 +20,8 @@ pub mod promotion;
 
 pub use common::{
     ChangeRecord, CosignVerify, FailureNotified, GitPullRequest, GitSource, HappeningKind,
-    KeylessVerify, Notification, NotificationType, RefusedTag, SecretRef, Verify, Window,
-    WindowKind,
+    KeylessVerify, Notification, NotificationType, PullRequestState, RefusedTag, SecretRef, Verify,
+    Window, WindowKind,
 };
 #[cfg(feature = "kube")]
 pub use imagewatch::ImageWatch;

@@ -9,6 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::common::ForgeProvider;
 use crate::common::{GitSource, SecretRef, Verify};
 use crate::imagewatch::OnGitChange;
 
@@ -335,18 +336,6 @@ pub struct PullRequestSettings {
     /// Merge automatically when the forge's checks pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_merge: Option<bool>,
-}
-
-/// Forge APIs for pull requests.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ForgeProvider {
-    /// GitHub (pull requests).
-    Github,
-    /// GitLab (merge requests).
-    Gitlab,
-    /// Gitea / Forgejo (pull requests).
-    Gitea,
 }
 
 /// Observed state of a PromotionPolicy.

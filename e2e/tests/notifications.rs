@@ -17,7 +17,7 @@ use axum::{
     http::{HeaderMap, StatusCode},
     routing::post,
 };
-use imagewatch_crd::ImageWatch;
+use imagewatch_crd::{ImageWatch, PullRequestState};
 use imagewatch_e2e::{
     faultproxy::{Fault, FaultProxy, Verdict},
     gitea::{ADMIN, Gitea},
@@ -351,7 +351,7 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
             .status
             .as_ref()
             .and_then(|st| st.pull_request.as_ref())
-            .is_some_and(|p| p.state == "open");
+            .is_some_and(|p| p.state == PullRequestState::Open);
         Ok(open.then_some(w))
     })
     .await?;

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use imagewatch_crd::ImageWatch;
+use imagewatch_crd::{ImageWatch, PullRequestState};
 use imagewatch_e2e::{
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
@@ -136,7 +136,7 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
     // A newer tag: the edit goes to the push branch and one pull request is opened.
     registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
     let opened = wait_pr(&s, "a pull request for v1.1.0", |p| {
-        p.state == "open" && p.tag.as_deref() == Some("v1.1.0")
+        p.state == PullRequestState::Open && p.tag.as_deref() == Some("v1.1.0")
     })
     .await?;
     let branch = format!("imagewatch/{}-api", s.ns.name);
@@ -195,7 +195,7 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
     })
     .await?;
     assert_eq!(updated.number, opened.number);
-    assert_eq!(updated.state, "open");
+    assert_eq!(updated.state, PullRequestState::Open);
     let pulls = gitea.pulls(&set.repo, "all").await?;
     assert_eq!(pulls.len(), 1, "still one pull request");
     assert_eq!(
@@ -218,7 +218,10 @@ async fn one_pull_request_is_opened_kept_current_and_closed() -> anyhow::Result<
             None,
         )
         .await?;
-    let closed = wait_pr(&s, "the pull request closed", |p| p.state == "closed").await?;
+    let closed = wait_pr(&s, "the pull request closed", |p| {
+        p.state == PullRequestState::Closed
+    })
+    .await?;
     assert_eq!(closed.number, opened.number);
     assert_eq!(
         gitea.pull(&set.repo, opened.number).await?["state"],
@@ -284,7 +287,10 @@ async fn auto_merge_merges_once_the_required_status_passes() -> anyhow::Result<(
     s.apply(&yaml)?;
     s.wait_ready("api", "True", "UpToDate").await?;
     registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
-    let opened = wait_pr(&s, "a pull request for v1.1.0", |p| p.state == "open").await?;
+    let opened = wait_pr(&s, "a pull request for v1.1.0", |p| {
+        p.state == PullRequestState::Open
+    })
+    .await?;
     let pr = gitea.pull(&set.repo, opened.number).await?;
     let sha = pr["head"]["sha"].as_str().unwrap_or_default().to_string();
     assert!(
@@ -303,7 +309,10 @@ async fn auto_merge_merges_once_the_required_status_passes() -> anyhow::Result<(
             .contains(":v1.1.0")
     );
     // The watch sees `main` holding the tag and records the pull request as merged.
-    let done = wait_pr(&s, "the pull request merged", |p| p.state == "merged").await?;
+    let done = wait_pr(&s, "the pull request merged", |p| {
+        p.state == PullRequestState::Merged
+    })
+    .await?;
     assert_eq!(done.number, opened.number);
     assert_eq!(gitea.pulls(&set.repo, "all").await?.len(), 1);
     Ok(())
@@ -351,7 +360,10 @@ async fn a_pull_request_opened_before_a_crash_is_adopted_and_closed_on_delete() 
 
     // Restarted: found by its branch and adopted, never opened twice.
     s.operator.restart_without(hook)?;
-    let adopted = wait_pr(&s, "the pull request adopted", |p| p.state == "open").await?;
+    let adopted = wait_pr(&s, "the pull request adopted", |p| {
+        p.state == PullRequestState::Open
+    })
+    .await?;
     assert_eq!(adopted.number, number);
     assert_eq!(gitea.pulls(&set.repo, "all").await?.len(), 1);
 
@@ -408,7 +420,7 @@ async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()>
     registry.retag(&set.image_repo, "v1.0.0", "v1.1.0")?;
     registry.retag(&worker_repo, "v1.0.0", "v1.1.0")?;
     let opened = wait_pr(&s, "the group's pull request", |p| {
-        p.state == "open" && p.tag.as_deref() == Some("v1.1.0")
+        p.state == PullRequestState::Open && p.tag.as_deref() == Some("v1.1.0")
     })
     .await?;
     let branch = format!("imagewatch/{}-group-release", s.ns.name);
@@ -429,7 +441,7 @@ async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()>
         let w = s.watches.get("worker").await?;
         Ok(w.status
             .and_then(|st| st.pull_request)
-            .filter(|p| p.state == "open"))
+            .filter(|p| p.state == PullRequestState::Open))
     })
     .await?;
     assert_eq!(recorded.number, opened.number);
@@ -566,7 +578,7 @@ spec:
         let w = s.watches.get("my-api-stg").await?;
         Ok(w.status
             .and_then(|st| st.pull_request)
-            .filter(|p| p.state == "open"))
+            .filter(|p| p.state == PullRequestState::Open))
     })
     .await?;
     let pulls = gitea.pulls(&repo, "all").await?;
@@ -614,7 +626,7 @@ spec:
             let w = s.watches.get("my-api-stg").await?;
             Ok(w.status
                 .and_then(|st| st.pull_request)
-                .filter(|p| p.state == "merged"))
+                .filter(|p| p.state == PullRequestState::Merged))
         },
     )
     .await?;
@@ -695,7 +707,11 @@ async fn a_pattern_watch_opens_one_pull_request_per_member() -> anyhow::Result<(
                 .map(|st| {
                     st.members
                         .iter()
-                        .filter(|m| m.pull_request.as_ref().is_some_and(|p| p.state == "open"))
+                        .filter(|m| {
+                            m.pull_request
+                                .as_ref()
+                                .is_some_and(|p| p.state == PullRequestState::Open)
+                        })
                         .count()
                 })
                 .unwrap_or(0);
@@ -765,7 +781,7 @@ async fn a_pattern_watch_can_open_one_pull_request_for_all() -> anyhow::Result<(
         let w = s.watches.get("all").await?;
         Ok(w.status
             .and_then(|st| st.pull_request)
-            .filter(|p| p.state == "open"))
+            .filter(|p| p.state == PullRequestState::Open))
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", s.operator.log_tail(30)))?;

@@ -311,7 +311,11 @@ fn next_write(
             spec.on_git_change.unwrap_or_default()
         );
     }
-    if let Some(pr) = status.pull_request.as_ref().filter(|p| p.state == "open") {
+    if let Some(pr) = status
+        .pull_request
+        .as_ref()
+        .filter(|p| p.state == imagewatch_crd::PullRequestState::Open)
+    {
         return format!(
             "{} through pull request #{} {}",
             latest.tag, pr.number, pr.url

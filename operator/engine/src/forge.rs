@@ -29,28 +29,8 @@ pub struct PullRequest {
     pub state: PullRequestState,
 }
 
-/// Where a pull request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PullRequestState {
-    /// Open (GitLab: opened).
-    #[default]
-    Open,
-    /// Closed without merging.
-    Closed,
-    /// Merged.
-    Merged,
-}
-
-impl PullRequestState {
-    /// `open`, `closed`, `merged`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Closed => "closed",
-            Self::Merged => "merged",
-        }
-    }
-}
+/// Where a pull request stands: the type `status.pullRequest.state` has.
+pub use imagewatch_crd::common::PullRequestState;
 
 /// What a pull request should be.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 use imagewatch_crd::conditions::{HELD, READY};
 use imagewatch_crd::{
     ChangeRecord, FailureNotified, HappeningKind, ImageWatchStatus, Notification, NotificationType,
-    PromotionPolicyStatus,
+    PromotionPolicyStatus, PullRequestState,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
@@ -114,11 +114,13 @@ pub fn watch_messages(
     // A pull request of the push branch: opened, updated (a new tag), merged.
     if let Some(pr) = &new.pull_request {
         let before = old.pull_request.as_ref().filter(|p| p.number == pr.number);
-        let action = match (before, pr.state.as_str()) {
-            (None, "open") => Some("opened"),
-            (Some(b), "open") if b.tag != pr.tag => Some("updated"),
-            (Some(b), "merged") if b.state != "merged" => Some("merged"),
-            (None, "merged") => Some("merged"),
+        let action = match (before, pr.state) {
+            (None, PullRequestState::Open) => Some("opened"),
+            (Some(b), PullRequestState::Open) if b.tag != pr.tag => Some("updated"),
+            (Some(b), PullRequestState::Merged) if b.state != PullRequestState::Merged => {
+                Some("merged")
+            }
+            (None, PullRequestState::Merged) => Some("merged"),
             _ => None,
         };
         if let Some(action) = action {

@@ -1,6 +1,7 @@
 //! Happenings found from status changes, and the payloads they become.
 
 use super::*;
+use imagewatch_crd::PullRequestState;
 use imagewatch_crd::{
     ChangeRecord, FailureNotified, ImageWatchStatus, Notification, NotificationType,
     PromotionPolicyStatus, WatchPullRequest,
@@ -168,18 +169,27 @@ fn failing_is_sent_once_after_each_destinations_threshold_then_recovered_to_thos
 #[test]
 fn a_pull_request_is_announced_when_opened_updated_and_merged() {
     let destinations = [destination("comment", NotificationType::PullRequestComment)];
-    let pr = |tag: &str, state: &str| WatchPullRequest {
+    let pr = |tag: &str, state: PullRequestState| WatchPullRequest {
         number: 7,
         url: "https://git.example.com/shop/manifests/pulls/7".into(),
-        state: state.into(),
+        state,
         branch: "imagewatch/api".into(),
         tag: Some(tag.into()),
     };
     let mut steps = vec![
-        (pr("v2", "open"), Some("pull-request/7/opened/v2")),
-        (pr("v2", "open"), None),
-        (pr("v3", "open"), Some("pull-request/7/updated/v3")),
-        (pr("v3", "merged"), Some("pull-request/7/merged/v3")),
+        (
+            pr("v2", PullRequestState::Open),
+            Some("pull-request/7/opened/v2"),
+        ),
+        (pr("v2", PullRequestState::Open), None),
+        (
+            pr("v3", PullRequestState::Open),
+            Some("pull-request/7/updated/v3"),
+        ),
+        (
+            pr("v3", PullRequestState::Merged),
+            Some("pull-request/7/merged/v3"),
+        ),
     ]
     .into_iter();
     let mut status = ImageWatchStatus::default();

@@ -1,7 +1,7 @@
 //! The pull request record of a status: what a pull request step leaves in
 //! `status.pullRequest` (of the watch, or of one member).
 
-use imagewatch_crd::imagewatch::WatchPullRequest;
+use imagewatch_crd::{PullRequestState, imagewatch::WatchPullRequest};
 
 use super::outcome::{Delivered, PrAction};
 
@@ -15,24 +15,24 @@ pub fn status_of(
         (Some(pr), PrAction::Closed) => Some(WatchPullRequest {
             number: pr.number,
             url: pr.url.clone(),
-            state: "closed".into(),
+            state: PullRequestState::Closed,
             branch: delivered.branch.clone(),
             tag: Some(delivered.tag.clone()),
         }),
         (Some(pr), _) => Some(WatchPullRequest {
             number: pr.number,
             url: pr.url.clone(),
-            state: pr.state.as_str().into(),
+            state: pr.state,
             branch: delivered.branch.clone(),
             tag: Some(delivered.tag.clone()),
         }),
         (None, _) => previous.map(|p| WatchPullRequest {
-            state: if p.state == "open" {
+            state: if p.state == PullRequestState::Open {
                 // Gone from the open list while `branch` got the tag: merged (or closed by
                 // a person); the forge has the final word on the web page.
-                "merged".into()
+                PullRequestState::Merged
             } else {
-                p.state.clone()
+                p.state
             },
             ..p.clone()
         }),

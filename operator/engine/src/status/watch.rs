@@ -91,7 +91,10 @@ pub fn build_status<E: Failure>(
     }) = result
     {
         next.pull_request = pull_request::status_of(delivered, previous.pull_request.as_ref());
-        let open = next.pull_request.as_ref().filter(|p| p.state == "open");
+        let open = next
+            .pull_request
+            .as_ref()
+            .filter(|p| p.state == imagewatch_crd::PullRequestState::Open);
         let message = match (open, &next.pull_request) {
             (Some(p), _) => format!("#{} {} proposes {}", p.number, p.url, delivered.tag),
             (None, Some(p)) => format!(
@@ -106,8 +109,16 @@ pub fn build_status<E: Failure>(
         }
         // Nothing open any more: the reason keeps saying how the last one ended.
         let reason = match (delivered.action, &next.pull_request) {
-            (PrAction::NotNeeded, Some(p)) if p.state == "closed" => "Closed",
-            (PrAction::NotNeeded, Some(p)) if p.state == "merged" => reason::MERGED,
+            (PrAction::NotNeeded, Some(p))
+                if p.state == imagewatch_crd::PullRequestState::Closed =>
+            {
+                "Closed"
+            }
+            (PrAction::NotNeeded, Some(p))
+                if p.state == imagewatch_crd::PullRequestState::Merged =>
+            {
+                reason::MERGED
+            }
             (action, _) => action.condition_reason(),
         };
         let mut condition =

@@ -188,13 +188,13 @@ pub fn open_records(status: Option<&imagewatch_crd::ImageWatchStatus>) -> Vec<&W
                 .iter()
                 .filter_map(|m| m.pull_request.as_ref()),
         )
-        .filter(|p| p.state == "open")
+        .filter(|p| p.state == crate::forge::PullRequestState::Open)
         .collect()
 }
 
 /// Whether a watch with this record needs [`FINALIZER`] (pure).
 pub fn wants_finalizer(record: Option<&WatchPullRequest>) -> bool {
-    record.is_some_and(|r| r.state == "open")
+    record.is_some_and(|r| r.state == crate::forge::PullRequestState::Open)
 }
 
 /// Whether the watch carries [`FINALIZER`].
@@ -228,16 +228,9 @@ pub async fn remove_finalizer(client: &Client, watch: &ImageWatch) -> Result<(),
 
 fn http() -> Result<reqwest::Client, ReconcileError> {
     static HTTP: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    HTTP.get_or_init(|| {
-        reqwest::Client::builder()
-            .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
-            .timeout(Duration::from_secs(30))
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("cannot build the forge HTTP client: {e}"))
-    })
-    .clone()
-    .map_err(ReconcileError::Internal)
+    HTTP.get_or_init(|| crate::http::client("forge", Duration::from_secs(30)))
+        .clone()
+        .map_err(ReconcileError::Internal)
 }
 
 /// The forge client of a watch.
@@ -649,7 +642,10 @@ mod tests {
             commit: None,
         };
         let record = status_of(&opened, None).unwrap();
-        assert_eq!((record.number, record.state.as_str()), (4, "open"));
+        assert_eq!(
+            (record.number, record.state),
+            (4, crate::forge::PullRequestState::Open)
+        );
         assert_eq!(record.tag.as_deref(), Some("v2"));
         assert!(wants_finalizer(Some(&record)));
 
@@ -658,7 +654,7 @@ mod tests {
             ..opened.clone()
         };
         let after = status_of(&closed, Some(&record)).unwrap();
-        assert_eq!(after.state, "closed");
+        assert_eq!(after.state, crate::forge::PullRequestState::Closed);
         assert!(!wants_finalizer(Some(&after)));
 
         // Nothing open any more, and the forge says how the recorded one ended (closed by
@@ -669,7 +665,10 @@ mod tests {
             ..opened.clone()
         };
         let after = status_of(&ended, Some(&record)).unwrap();
-        assert_eq!((after.number, after.state.as_str()), (4, "closed"));
+        assert_eq!(
+            (after.number, after.state),
+            (4, crate::forge::PullRequestState::Closed)
+        );
         assert!(!wants_finalizer(Some(&after)));
 
         let gone = Delivered {
@@ -677,7 +676,10 @@ mod tests {
             action: PrAction::NotNeeded,
             ..opened
         };
-        assert_eq!(status_of(&gone, Some(&record)).unwrap().state, "merged");
+        assert_eq!(
+            status_of(&gone, Some(&record)).unwrap().state,
+            crate::forge::PullRequestState::Merged
+        );
         assert_eq!(status_of(&gone, None), None);
         assert!(!wants_finalizer(None));
     }

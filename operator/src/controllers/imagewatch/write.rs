@@ -121,7 +121,7 @@ impl Prepared<'_> {
     }
 }
 
-/// `spec.git.pullRequest` (see `watch_pr.rs`): when `branch` already holds the image, the
+/// `spec.git.pullRequest` (see `pull_request.rs`): when `branch` already holds the image, the
 /// open pull request is closed and nothing is pushed; otherwise the edit goes to the push
 /// branch and one pull request for it is opened or updated. [`pull_request::FINALIZER`] is added
 /// before a pull request can exist.
@@ -248,7 +248,7 @@ async fn pull_request_step(
             .status
             .as_ref()
             .and_then(|s| s.pull_request.as_ref())
-            .filter(|p| p.state == "open" && p.branch == step.head)
+            .filter(|p| p.state == crate::forge::PullRequestState::Open && p.branch == step.head)
             .map(|p| p.number);
         pull_request::close_open(
             forge,
