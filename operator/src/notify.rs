@@ -89,12 +89,8 @@ pub struct Target {
 impl Notifier {
     /// A notifier reading Secrets with `client`.
     pub fn new(client: kube::Client, metrics: Arc<Metrics>, recorder: Recorder) -> Self {
-        let http = reqwest::Client::builder()
-            .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .build()
-            .map_err(|e| tracing::error!(error = %e, "cannot build the notification HTTP client"))
+        let http = crate::http::client("notification", TIMEOUT)
+            .map_err(|e| tracing::error!(error = %e))
             .ok();
         Self {
             shared: Arc::new(Shared {

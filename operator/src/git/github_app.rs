@@ -451,19 +451,7 @@ impl InstallationTokens {
     /// The process-wide cache every reconcile shares.
     pub fn shared() -> Result<&'static Self, GithubAppError> {
         SHARED
-            .get_or_init(|| {
-                if rustls::crypto::CryptoProvider::get_default().is_none() {
-                    // Losing a race with another installer is fine: some provider is in place.
-                    let _ = rustls::crypto::ring::default_provider().install_default();
-                }
-                reqwest::Client::builder()
-                    .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
-                    .timeout(HTTP_TIMEOUT)
-                    .connect_timeout(Duration::from_secs(10))
-                    .build()
-                    .map(Self::new)
-                    .map_err(|e| format!("cannot build the GitHub HTTP client: {e}"))
-            })
+            .get_or_init(|| crate::http::client("GitHub", HTTP_TIMEOUT).map(Self::new))
             .as_ref()
             .map_err(|e| GithubAppError::Network {
                 url: DEFAULT_API_URL.into(),

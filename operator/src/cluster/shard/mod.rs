@@ -254,10 +254,7 @@ impl ShardManager {
             metrics,
             peer_token: std::sync::Mutex::default(),
             forwards: Arc::new(tokio::sync::Semaphore::new(MAX_FORWARDS_IN_FLIGHT)),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .unwrap_or_default(),
+            http: crate::http::client("peer", Duration::from_secs(5)).unwrap_or_default(),
         });
         (manager, rx)
     }

@@ -47,6 +47,7 @@
 //! anyway and a Warning Event names the pull request left open, so a namespace being deleted
 //! never waits on a forge for long.
 
+use crate::error::Classify as _;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -213,11 +214,7 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let metrics = ctx.metrics.clone();
-    let http = match reqwest::Client::builder()
-        .user_agent(format!("imagewatch/{}", env!("CARGO_PKG_VERSION")))
-        .timeout(Duration::from_secs(30))
-        .build()
-    {
+    let http = match crate::http::client("forge", Duration::from_secs(30)) {
         Ok(http) => http,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the forge HTTP client; PromotionPolicies are not reconciled");

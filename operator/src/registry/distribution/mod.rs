@@ -256,16 +256,10 @@ impl RegistryClient {
         registries: HashMap<String, RegistrySettings>,
         tuning: Tuning,
     ) -> Result<Self, RegistryError> {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another installer is fine: some provider is then in place.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
         let registries = normalize_registries(registries)?;
         let http_client = |extra_ca: Option<&str>| -> Result<reqwest::Client, RegistryError> {
-            let mut builder = reqwest::Client::builder()
-                .user_agent(options.user_agent.clone())
-                .timeout(options.timeout)
-                .connect_timeout(options.timeout.min(Duration::from_secs(10)));
+            let mut builder =
+                crate::http::builder(options.timeout).user_agent(options.user_agent.clone());
             for (host, addr) in &tuning.resolve {
                 builder = builder.resolve(host, *addr);
             }
