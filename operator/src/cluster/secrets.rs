@@ -308,7 +308,7 @@ pub fn github_app_error(
             ReconcileError::Git(GitError::Network {
                 op: "get a GitHub App installation token",
                 url,
-                source: git2::Error::from_str(&message),
+                source: None,
                 message,
             })
         }
@@ -397,6 +397,7 @@ pub fn git_auth_from_data(data: &BTreeMap<String, ByteString>) -> Result<GitAuth
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Classify as _;
 
     #[test]
     fn secret_names_are_dns_subdomains() {

@@ -61,13 +61,14 @@ pub enum GitError {
 
     /// Talking to the remote failed below the git protocol: DNS, TCP, TLS,
     /// HTTP status, SSH transport.
+    /// A failure outside libgit2 (an HTTPS token endpoint) has no libgit2 error.
     #[error("{op} {url}: {message}")]
     Network {
         op: &'static str,
         url: String,
         message: String,
         #[source]
-        source: git2::Error,
+        source: Option<git2::Error>,
     },
 
     /// A branch name that git would not accept as `refs/heads/<name>`.
@@ -189,7 +190,11 @@ impl GitError {
         match self {
             GitError::CacheFull { .. } => true,
             GitError::Io { source, .. } => io_out_of_space(source),
-            GitError::Network { source, .. } | GitError::Git { source, .. } => {
+            GitError::Network {
+                source: Some(source),
+                ..
+            }
+            | GitError::Git { source, .. } => {
                 source.class() == ErrorClass::Os && message_out_of_space(source.message())
             }
             _ => false,
@@ -204,9 +209,11 @@ impl GitError {
         }
         let message = match &self {
             GitError::Io { path, source } => format!("{}: {source}", path.display()),
-            GitError::Network { source, .. } | GitError::Git { source, .. } => {
-                source.message().to_owned()
+            GitError::Network {
+                source: Some(source),
+                ..
             }
+            | GitError::Git { source, .. } => source.message().to_owned(),
             other => other.to_string(),
         };
         GitError::CacheFull {
@@ -273,7 +280,7 @@ impl GitError {
                 op,
                 url: url.clone(),
                 message: message.clone(),
-                source: dup_git(source),
+                source: source.as_ref().map(dup_git),
             },
             GitError::InvalidBranch { branch } => GitError::InvalidBranch {
                 branch: branch.clone(),
@@ -360,7 +367,7 @@ impl GitError {
                     op,
                     url: url.to_owned(),
                     message: format!("certificate rejected: {message}"),
-                    source,
+                    source: Some(source),
                 };
             }
             _ => {}
@@ -396,7 +403,7 @@ impl GitError {
                 op,
                 url: url.to_owned(),
                 message,
-                source,
+                source: Some(source),
             },
             _ => GitError::Git {
                 op,
