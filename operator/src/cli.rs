@@ -530,11 +530,11 @@ pub fn set_image(args: &SetImageArgs) -> ExitCode {
     };
     let result = match set_image_target(args) {
         Ok(SetImageTarget::Workload(path, target)) => {
-            manifests::set_image_with(&path, &target, &change, options)
+            crate::setimage::set_image_with(&path, &target, &change, options)
                 .map(|outcome| (outcome.warnings.clone(), outcome.to_string()))
         }
         Ok(SetImageTarget::Other(root, target)) => {
-            manifests::set_target_with(&root, &target, &change, options)
+            crate::setimage::set_target_with(&root, &target, &change, options)
                 .map(|outcome| (outcome.warnings.clone(), outcome.to_string()))
         }
         Err(message) => {

@@ -1,4 +1,5 @@
-//! The offline engine behind `imagewatch set-image`.
+//! `imagewatch set-image`: the engine's planning on a local checkout. The directory walk
+//! and the atomic writes live here, in the binary, so the engine does no file-system I/O.
 //!
 //! Place in the flow: the whole pipeline on a local checkout. It reads the
 //! manifests under a directory (the "read current tag" step, from disk
@@ -24,10 +25,10 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::edit::{ImageChange, plan_workload_edit_with};
-use super::files::normalize;
-use super::target::{ReadScope, TargetSpec, plan_edit_with};
-use super::{EditError, EditOptions, Warning, WorkloadTarget};
+use crate::manifests::{
+    EditError, EditOptions, ImageChange, ReadScope, TargetSpec, Warning, WorkloadTarget,
+    normalize_path as normalize, plan_edit_with, plan_workload_edit_with,
+};
 
 /// What `set_image` did: `file` was rewritten from `old` to `new`
 /// (`changed`), or already had the image (`!changed`, `old == new`) and was

@@ -8,7 +8,10 @@ use std::process::Command;
 
 /// Crates the engine must not depend on: each name, and the crates of its family
 /// (`tokio-util`, `kube-core`, `hyper-util`, …); every `aws-*` crate.
-const FORBIDDEN: [&str; 7] = ["tokio", "kube", "git2", "reqwest", "hyper", "axum", "aws"];
+/// `tempfile` too: the engine writes no files.
+const FORBIDDEN: [&str; 8] = [
+    "tokio", "kube", "git2", "reqwest", "hyper", "axum", "aws", "tempfile",
+];
 
 /// The forbidden crate a `cargo tree --prefix none` line names, if any.
 fn forbidden(line: &str) -> Option<&'static str> {
@@ -78,5 +81,46 @@ fn the_engine_depends_on_no_runtime_kube_git_http_or_aws_crate() {
         found.is_empty(),
         "imagewatch-engine must stay pure, but depends on: {found:?}\n(see `cargo tree -p \
          imagewatch-engine -e normal -i <crate>` for the path)"
+    );
+}
+
+/// The engine's non-test code names no file-system API: reading and writing files (the
+/// `set-image` walk and its atomic writes) is the binary's.
+#[test]
+fn the_engine_does_no_file_system_io() {
+    fn visit(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if path.is_dir() {
+                visit(&path, found);
+            } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                // Test modules sit at the end of a file.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                for needle in [
+                    "std::fs",
+                    "fs::read",
+                    "fs::write",
+                    "File::open",
+                    "File::create",
+                    "read_dir",
+                ] {
+                    if code.contains(needle) {
+                        found.push(format!("{}: {needle}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    visit(&src, &mut found);
+    assert!(
+        found.is_empty(),
+        "file-system I/O in the engine: {found:#?}"
     );
 }

@@ -5,7 +5,7 @@
 /// `path` without empty and `.` components, `/`-separated (`./apps//web/`
 /// is `apps/web`). Used to match the caller's file names against target
 /// paths.
-pub(crate) fn normalize(path: &str) -> String {
+pub fn normalize(path: &str) -> String {
     path.split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect::<Vec<_>>()

@@ -14,8 +14,8 @@
 //! 4. [`image_ref`] computes the new reference ([`ImageRef::with_tag`]).
 //! 5. [`edit`] emits the edit: it rewrites that one scalar token
 //!    ([`replace_scalar`]) and checks the result ([`plan_workload_edit`]).
-//! 6. [`setimage`] is the offline CLI engine: walk a directory, plan, and
-//!    write atomically ([`set_image`]).
+//! 6. `imagewatch set-image` (the binary's `setimage` module) walks a directory, plans
+//!    with these functions and writes atomically.
 //!
 //! Everything up to and including [`edit`] is pure (no I/O), so the
 //! controller can use it on blobs read from a Git tree.
@@ -36,7 +36,6 @@ pub mod image_ref;
 mod kustomize;
 pub mod locate;
 mod patch;
-pub mod setimage;
 mod setter;
 pub mod target;
 pub mod workload;
@@ -51,12 +50,10 @@ use std::path::PathBuf;
 pub use edit::{
     ImageChange, Plan, PlannedEdit, plan_workload_edit, plan_workload_edit_with, replace_scalar,
 };
+/// A target path as the planners name files (no `./`, no trailing `/`).
+pub use files::normalize as normalize_path;
 pub use image_ref::{ImageRef, ImageRefError};
 pub use locate::{Located, ScalarStyle, Search, find_workload_image};
-pub use setimage::{
-    FileChange, SetImageOutcome, SetTargetOutcome, set_image, set_image_with, set_target,
-    set_target_with,
-};
 pub use target::{ReadScope, TargetSpec, plan_edit, plan_edit_with};
 pub use workload::{WorkloadKind, WorkloadTarget, WorkloadTargetError};
 pub use yaml::YamlError;
