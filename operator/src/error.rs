@@ -3,9 +3,9 @@
 //!
 //! Every error has a [`Category`] — who can fix it: the user (the object or what it names),
 //! nobody (transient: the registry, Git, the forge or the API server failed and a retry may
-//! pass), or us (internal). The category, the `Ready` reason ([`ReconcileError::reason`]) and
-//! the metric label ([`ReconcileError::label`]) are fixed per variant, so dashboards and alerts
-//! can group by them without high cardinality.
+//! pass), or us (internal). The category, the `Ready` reason, the metric label and whether
+//! it stalls are written once per error type, in its [`Classify::class`], so dashboards
+//! and alerts can group by them without high cardinality.
 
 use imagewatch_crd::{
     conditions::reason as common_reason, conditions::reason, promotion::reason as promotion_reason,
@@ -85,105 +85,152 @@ impl Category {
     }
 }
 
-impl ReconcileError {
-    /// Who can fix this error.
-    pub fn fixed_by(&self) -> Category {
-        match self {
-            Self::InvalidSpec(_)
-            | Self::CredentialsNotFound(_)
-            | Self::NoMatchingTags(_)
-            | Self::PinnedTagNotFound(_)
-            | Self::TargetNotFound(_)
-            | Self::WaitingForGroup(_)
-            | Self::NotAllowed(_)
-            | Self::Refused(_)
-            | Self::Forge(crate::forge::ForgeError::InvalidConfig(_)) => Category::User,
-            // Denied, not found, a refused request: only the user's credentials or spec help.
-            Self::Registry(e) if !e.is_transient() => Category::User,
-            Self::Git(e) if !e.is_transient() && e.category() != "other" => Category::User,
-            Self::Registry(_)
-            | Self::CatalogUnavailable(_)
-            | Self::Git(_)
-            | Self::Forge(_)
-            | Self::Kube(_) => Category::Transient,
-            Self::Internal(_) => Category::Internal,
-        }
-    }
+/// How one failure is handled: everything the status, the metrics and the retry read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Class {
+    /// The `Ready` reason.
+    pub reason: &'static str,
+    /// The low-cardinality metric label.
+    pub label: &'static str,
+    /// Who can fix it.
+    pub fixed_by: Category,
+    /// Whether only a change by the user fixes it: not retried quickly; the object is
+    /// looked at again when it changes, and at its polling interval.
+    pub stalled: bool,
+}
 
-    /// Counts this error in `imagewatch_reconcile_errors_total` of `controller`.
-    pub fn count(&self, metrics: &crate::telemetry::Metrics, controller: &str) {
-        count(metrics, controller, self.fixed_by(), self.reason());
-    }
-
-    /// Low-cardinality metric label: the same as [`ReconcileError::category`].
-    pub fn label(&self) -> &'static str {
-        self.category()
-    }
+/// The classification of an error type, written once per type as [`Classify::class`]; the
+/// rest is read from it.
+pub trait Classify {
+    /// This error's class.
+    fn class(&self) -> Class;
 
     /// The `Ready` reason reported for this error.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::InvalidSpec(_) => reason::INVALID_SPEC,
-            Self::CredentialsNotFound(_) => reason::CREDENTIALS_NOT_FOUND,
-            Self::Registry(_) => reason::REGISTRY_ERROR,
-            Self::NoMatchingTags(_) => reason::NO_MATCHING_TAGS,
-            Self::PinnedTagNotFound(_) => reason::PINNED_TAG_NOT_FOUND,
-            Self::TargetNotFound(_) => reason::TARGET_NOT_FOUND,
-            Self::WaitingForGroup(_) => reason::WAITING_FOR_GROUP,
-            Self::CatalogUnavailable(_) => reason::CATALOG_UNAVAILABLE,
-            Self::NotAllowed(_) => reason::NOT_ALLOWED,
-            Self::Refused(refused) => refused.reason(),
-            Self::Git(crate::git::GitError::CacheFull { .. }) => reason::CACHE_FULL,
-            Self::Git(_) => reason::GIT_ERROR,
-            Self::Forge(_) => reason::FORGE_ERROR,
-            Self::Kube(_) | Self::Internal(_) => reason::INTERNAL_ERROR,
-        }
+    fn reason(&self) -> &'static str {
+        self.class().reason
     }
 
     /// Low-cardinality metric label.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::InvalidSpec(_) => "invalid_spec",
-            Self::CredentialsNotFound(_) => "credentials",
-            Self::Registry(_) => "registry",
-            Self::NoMatchingTags(_) => "no_matching_tags",
-            Self::PinnedTagNotFound(_) => "pinned_tag_not_found",
-            Self::TargetNotFound(_) => "target_not_found",
-            Self::WaitingForGroup(_) => "waiting_for_group",
-            Self::CatalogUnavailable(_) => "catalog_unavailable",
-            Self::NotAllowed(_) => "not_allowed",
-            Self::Refused(refused) => refused.category(),
-            Self::Git(crate::git::GitError::CacheFull { .. }) => "cache_full",
-            Self::Git(_) => "git",
-            Self::Forge(_) => "forge",
-            Self::Kube(_) => "kube",
-            Self::Internal(_) => "internal",
-        }
+    fn category(&self) -> &'static str {
+        self.class().label
     }
 
-    /// Whether only a change by the user can fix it. Such errors are not retried quickly:
-    /// the object is looked at again when it changes, and at its polling interval (the registry
-    /// or Git may change under it).
-    pub fn is_stalled(&self) -> bool {
-        matches!(
-            self,
-            Self::InvalidSpec(_)
-                | Self::Forge(crate::forge::ForgeError::InvalidConfig(_))
-                | Self::TargetNotFound(_)
-                | Self::CatalogUnavailable(_)
-                | Self::NotAllowed(_)
-        )
+    /// Who can fix this error.
+    fn fixed_by(&self) -> Category {
+        self.class().fixed_by
+    }
+
+    /// Whether only a change by the user can fix it.
+    fn is_stalled(&self) -> bool {
+        self.class().stalled
+    }
+
+    /// Counts this error in `imagewatch_reconcile_errors_total` of `controller`.
+    fn count(&self, metrics: &crate::telemetry::Metrics, controller: &str) {
+        let class = self.class();
+        count(metrics, controller, class.fixed_by, class.reason);
+    }
+}
+
+const fn class(
+    reason: &'static str,
+    label: &'static str,
+    fixed_by: Category,
+    stalled: bool,
+) -> Class {
+    Class {
+        reason,
+        label,
+        fixed_by,
+        stalled,
+    }
+}
+
+/// Git: denied, not found or a refused request need the user's credentials or spec; the
+/// rest may pass on a retry.
+fn git_fixed_by(e: &GitError) -> Category {
+    if !e.is_transient() && e.category() != "other" {
+        Category::User
+    } else {
+        Category::Transient
+    }
+}
+
+/// A forge: a configuration it refuses is the user's; the rest may pass on a retry.
+fn forge_fixed_by(e: &ForgeError) -> Category {
+    match e {
+        ForgeError::InvalidConfig(_) => Category::User,
+        _ => Category::Transient,
+    }
+}
+
+impl Classify for ReconcileError {
+    fn class(&self) -> Class {
+        use Category::{Internal, Transient, User};
+        match self {
+            Self::InvalidSpec(_) => class(reason::INVALID_SPEC, "invalid_spec", User, true),
+            Self::CredentialsNotFound(_) => {
+                class(reason::CREDENTIALS_NOT_FOUND, "credentials", User, false)
+            }
+            Self::Registry(e) => {
+                // Denied, not found, a refused request: only the user's credentials or spec help.
+                let fixed_by = if e.is_transient() { Transient } else { User };
+                class(reason::REGISTRY_ERROR, "registry", fixed_by, false)
+            }
+            Self::NoMatchingTags(_) => {
+                class(reason::NO_MATCHING_TAGS, "no_matching_tags", User, false)
+            }
+            Self::PinnedTagNotFound(_) => class(
+                reason::PINNED_TAG_NOT_FOUND,
+                "pinned_tag_not_found",
+                User,
+                false,
+            ),
+            Self::TargetNotFound(_) => {
+                class(reason::TARGET_NOT_FOUND, "target_not_found", User, true)
+            }
+            Self::WaitingForGroup(_) => {
+                class(reason::WAITING_FOR_GROUP, "waiting_for_group", User, false)
+            }
+            Self::CatalogUnavailable(_) => class(
+                reason::CATALOG_UNAVAILABLE,
+                "catalog_unavailable",
+                Transient,
+                true,
+            ),
+            Self::NotAllowed(_) => class(reason::NOT_ALLOWED, "not_allowed", User, true),
+            Self::Refused(refused) => class(refused.reason(), refused.category(), User, false),
+            Self::Git(e @ GitError::CacheFull { .. }) => {
+                class(reason::CACHE_FULL, "cache_full", git_fixed_by(e), false)
+            }
+            Self::Git(e) => class(reason::GIT_ERROR, "git", git_fixed_by(e), false),
+            Self::Forge(e) => class(
+                reason::FORGE_ERROR,
+                "forge",
+                forge_fixed_by(e),
+                matches!(e, ForgeError::InvalidConfig(_)),
+            ),
+            Self::Kube(_) => class(reason::INTERNAL_ERROR, "kube", Transient, false),
+            Self::Internal(_) => class(reason::INTERNAL_ERROR, "internal", Internal, false),
+        }
+    }
+}
+
+impl ReconcileError {
+    /// Low-cardinality metric label: the same as [`Classify::category`].
+    pub fn label(&self) -> &'static str {
+        self.category()
     }
 }
 
 /// How the status step sees a reconcile's failure.
 impl imagewatch_engine::status::Failure for ReconcileError {
     fn reason(&self) -> &'static str {
-        ReconcileError::reason(self)
+        Classify::reason(self)
     }
 
     fn is_stalled(&self) -> bool {
-        ReconcileError::is_stalled(self)
+        Classify::is_stalled(self)
     }
 
     fn refused(&self) -> Option<&crate::signature::Refused> {
@@ -261,73 +308,46 @@ impl From<ReconcileError> for PromotionError {
     }
 }
 
-impl PromotionError {
-    /// The `Ready` reason.
-    pub fn reason(&self) -> &'static str {
+impl Classify for PromotionError {
+    fn class(&self) -> Class {
+        use Category::{Internal, Transient, User};
         match self {
-            Self::InvalidSpec(_) => common_reason::INVALID_SPEC,
-            Self::CredentialsNotFound(_) => common_reason::CREDENTIALS_NOT_FOUND,
-            Self::SourceNotReady(_) | Self::SourceWaiting(_) => promotion_reason::SOURCE_NOT_READY,
-            Self::TargetNotFound(_) => common_reason::TARGET_NOT_FOUND,
-            Self::NotAllowed(_) => common_reason::NOT_ALLOWED,
-            Self::Git(_) => common_reason::GIT_ERROR,
-            Self::Forge(_) => promotion_reason::FORGE_ERROR,
-            Self::Kube(_) | Self::Internal(_) => reason::INTERNAL_ERROR,
-            Self::Other(e) => e.reason(),
-        }
-    }
-
-    /// Who can fix this error.
-    pub fn fixed_by(&self) -> Category {
-        match self {
-            Self::InvalidSpec(_)
-            | Self::CredentialsNotFound(_)
-            | Self::SourceNotReady(_)
-            | Self::SourceWaiting(_)
-            | Self::TargetNotFound(_)
-            | Self::NotAllowed(_)
-            | Self::Forge(ForgeError::InvalidConfig(_)) => Category::User,
-            Self::Git(e) => ReconcileError::Git(e.duplicate()).fixed_by(),
-            Self::Forge(_) | Self::Kube(_) => Category::Transient,
-            Self::Internal(_) => Category::Internal,
-            Self::Other(e) => e.fixed_by(),
-        }
-    }
-
-    /// Counts this error in `imagewatch_reconcile_errors_total` of `controller`.
-    pub fn count(&self, metrics: &crate::telemetry::Metrics, controller: &str) {
-        count(metrics, controller, self.fixed_by(), self.reason());
-    }
-
-    /// Metric label.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::InvalidSpec(_) => "invalid_spec",
-            Self::CredentialsNotFound(_) => "credentials",
-            Self::SourceNotReady(_) => "source_not_ready",
-            Self::SourceWaiting(_) => "source_waiting",
-            Self::TargetNotFound(_) => "target_not_found",
-            Self::NotAllowed(_) => "not_allowed",
-            Self::Git(_) => "git",
-            Self::Forge(_) => "forge",
-            Self::Kube(_) => "kube",
-            Self::Internal(_) => "internal",
-            Self::Other(e) => e.category(),
-        }
-    }
-
-    /// Only a change (of the spec, the source or the repository) fixes it: no fast retry.
-    pub fn is_stalled(&self) -> bool {
-        match self {
-            Self::Other(e) => e.is_stalled(),
-            _ => matches!(
-                self,
-                Self::InvalidSpec(_)
-                    | Self::SourceNotReady(_)
-                    | Self::SourceWaiting(_)
-                    | Self::TargetNotFound(_)
-                    | Self::NotAllowed(_)
+            Self::InvalidSpec(_) => class(common_reason::INVALID_SPEC, "invalid_spec", User, true),
+            Self::CredentialsNotFound(_) => class(
+                common_reason::CREDENTIALS_NOT_FOUND,
+                "credentials",
+                User,
+                false,
             ),
+            Self::SourceNotReady(_) => class(
+                promotion_reason::SOURCE_NOT_READY,
+                "source_not_ready",
+                User,
+                true,
+            ),
+            Self::SourceWaiting(_) => class(
+                promotion_reason::SOURCE_NOT_READY,
+                "source_waiting",
+                User,
+                true,
+            ),
+            Self::TargetNotFound(_) => class(
+                common_reason::TARGET_NOT_FOUND,
+                "target_not_found",
+                User,
+                true,
+            ),
+            Self::NotAllowed(_) => class(common_reason::NOT_ALLOWED, "not_allowed", User, true),
+            Self::Git(e) => class(common_reason::GIT_ERROR, "git", git_fixed_by(e), false),
+            Self::Forge(e) => class(
+                promotion_reason::FORGE_ERROR,
+                "forge",
+                forge_fixed_by(e),
+                false,
+            ),
+            Self::Kube(_) => class(reason::INTERNAL_ERROR, "kube", Transient, false),
+            Self::Internal(_) => class(reason::INTERNAL_ERROR, "internal", Internal, false),
+            Self::Other(e) => e.class(),
         }
     }
 }
@@ -335,11 +355,11 @@ impl PromotionError {
 /// How the status step sees a promotion's failure.
 impl imagewatch_engine::status::Failure for PromotionError {
     fn reason(&self) -> &'static str {
-        PromotionError::reason(self)
+        Classify::reason(self)
     }
 
     fn is_stalled(&self) -> bool {
-        PromotionError::is_stalled(self)
+        Classify::is_stalled(self)
     }
 }
 

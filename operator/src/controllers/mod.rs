@@ -12,6 +12,7 @@ mod services;
 pub use services::SecretReader;
 pub mod sweep;
 
+use crate::error::Classify as _;
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use imagewatch_crd::ImageWatch;

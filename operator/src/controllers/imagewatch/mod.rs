@@ -13,8 +13,8 @@
 //! 4. write (`write.rs`): the edit intent to the git writer, which reads the target's current
 //!    image from Git and commits and pushes when it differs; the pull request hand-off
 //!    (`pull_request.rs`);
-//! 5. status (`status.rs`, conditions in `conditions.rs`): `latest`, `applied`, `Ready`,
-//!    Events and metrics — patched only when changed.
+//! 5. status (`status.rs`, built by the engine's `status` module): `latest`, `applied`,
+//!    `Ready`, Events and metrics — patched only when changed.
 //!
 //! This file runs them in order ([`reconcile`]) and hands each step what the one before
 //! found, with the step's own context built from the shared [`Context`]: [`AllowList`],
@@ -37,6 +37,7 @@ mod write;
 pub mod status;
 
 // What the steps use.
+use crate::error::Classify as _;
 pub use imagewatch_engine::group;
 use imagewatch_engine::status as conditions;
 pub mod members;

@@ -3,6 +3,7 @@
 //! and publishes the Events of what changed (commits, new failures, pull requests, refused
 //! signatures). Reads the watch's previous status; hands nothing on.
 
+use crate::error::Classify as _;
 use imagewatch_crd::{ImageWatch, ImageWatchStatus, conditions::reason};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
