@@ -1,6 +1,13 @@
 //! Finalizers of any namespaced object, added and removed with tested JSON patches: the
 //! PromotionPolicy controller's (while a pull request is recorded) and the ImageWatch
-//! controller's (`spec.git.pullRequest`).
+//! controller's (`spec.git.pullRequest`). Both controllers use these two functions and
+//! nothing else to touch finalizers.
+//!
+//! kube-runtime's `finalizer` helper does not fit: it puts its finalizer on every object
+//! it reconciles and routes every deletion through cleanup. Here the finalizer is held only
+//! while a pull request is recorded (most objects never carry one, and deleting them waits
+//! for nothing), is added from inside a reconcile step right before the pull request can
+//! exist, and must not drop a finalizer someone else added meanwhile (the patches test).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
