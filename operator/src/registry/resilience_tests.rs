@@ -17,7 +17,9 @@ use super::auth::{
 use super::distribution::Tuning;
 use super::distribution::token::token_url;
 use super::ratelimit::RetryPolicy;
-use super::test_server::{TestCertificates, TestRequest, TestResponse, TestServer, TlsFront};
+use super::test_server::{
+    ChallengeTogether, TestCertificates, TestRequest, TestResponse, TestServer, TlsFront,
+};
 use super::*;
 
 fn install_crypto() {
@@ -79,12 +81,13 @@ type HandlerFn = Box<dyn Fn(TestRequest) -> BoxFuture<'static, TestResponse> + S
 
 /// A registry that wants Bearer tokens from its own `/token`, issuing `tok-<n>` with
 /// `expires_in` seconds of life. Accepts `tok-<accept>`, or any issued token when `accept`
-/// is 0.
+/// is 0. A burst's 401s can be held until all of its callers have arrived (`together`).
 #[derive(Default)]
 struct TokenRegistry {
     expires_in: AtomicU64,
     accept: AtomicU64,
     issued: AtomicU64,
+    together: ChallengeTogether,
 }
 
 fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
@@ -94,8 +97,6 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
             let host = req.header("host").unwrap_or("").to_string();
             if req.path() == "/token" {
                 let n = state.issued.fetch_add(1, Ordering::SeqCst) + 1;
-                // Slow enough that every concurrent caller piles up behind this fetch.
-                tokio::time::sleep(Duration::from_millis(200)).await;
                 let expires = state.expires_in.load(Ordering::SeqCst).max(1);
                 return TestResponse::new(200)
                     .json(&format!(r#"{{"token":"tok-{n}","expires_in":{expires}}}"#));
@@ -107,6 +108,7 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
                 None => false,
             };
             if !ok {
+                state.together.arrive().await;
                 let challenge = format!(
                     r#"Bearer realm="http://{host}/token",service="test",scope="repository:team/app:pull""#
                 );
@@ -117,6 +119,24 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
             TestResponse::new(200).json(r#"{"name":"team/app","tags":["v1"]}"#)
         })
     })
+}
+
+/// Keeps the paused test clock still while the test waits on sockets. Tokio auto-advances
+/// a paused clock whenever the runtime is idle, which includes waiting for a loopback
+/// answer, and would then jump to the next timer (a request timeout); it does not while a
+/// blocking task runs, so one is kept running until this is dropped. The clock then moves
+/// only by `tokio::time::advance` (a `sleep` would never end).
+struct HeldClock(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+impl HeldClock {
+    fn hold() -> HeldClock {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        tokio::task::spawn_blocking(move || {
+            // Returns when the sender is dropped.
+            let _ = released.recv();
+        });
+        HeldClock(release)
+    }
 }
 
 async fn concurrent_listings(client: &RegistryClient, repo: &RepositoryRef, n: usize) {
@@ -137,6 +157,8 @@ async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() 
     let client = client_with(&server, unlimited(), Duration::from_secs(20));
     let repo = repo(&server, "team/app");
 
+    // All 200 are challenged, and so lack a token, before the first 401 is answered.
+    state.together.expect(200);
     concurrent_listings(&client, &repo, 200).await;
     assert_eq!(server.count("/token"), 1);
     assert_eq!(client.token_fetches(), 1);
@@ -147,21 +169,26 @@ async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() 
     assert!(server.count("/v2/team/app/tags/list") <= 400);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On the paused test clock, held while requests wait on sockets: the token's lifetime is
+/// crossed with `advance`, to the millisecond, instead of sleeping through it.
+#[tokio::test(start_paused = true)]
 async fn expired_tokens_are_refreshed_once_per_burst() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(TokenRegistry::default());
     state.expires_in.store(2, Ordering::SeqCst);
     let server = TestServer::start(token_registry(state.clone())).await;
     let client = client_with(&server, unlimited(), Duration::from_secs(20));
     let repo = repo(&server, "team/app");
 
+    state.together.expect(30);
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 1);
-    // Within the lifetime (less the safety margin) the token is reused.
+    // A 2 s token is handed out for 1.6 s: up to then it is reused.
+    tokio::time::advance(Duration::from_millis(1599)).await;
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 1);
-    // A 2 s token is handed out for 1.6 s; after that the next burst fetches exactly once.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // From then on, the next burst fetches exactly once.
+    tokio::time::advance(Duration::from_millis(1)).await;
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 2);
     assert_eq!(client.token_fetches(), 2);
@@ -180,8 +207,10 @@ async fn a_rejected_cached_token_is_refreshed_once_not_in_a_loop() {
     concurrent_listings(&client, &repo, 1).await;
     assert_eq!(server.count("/token"), 1);
 
-    // The registry revokes tok-1: twenty callers holding it cause one refresh between them.
+    // The registry revokes tok-1: twenty callers holding it, all refused before any of them
+    // is answered, cause one refresh between them.
     state.accept.store(2, Ordering::SeqCst);
+    state.together.expect(20);
     concurrent_listings(&client, &repo, 20).await;
     assert_eq!(server.count("/token"), 2);
 

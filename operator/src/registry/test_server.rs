@@ -429,3 +429,43 @@ fn relay(stream: std::net::TcpStream, backend: SocketAddr, config: Arc<rustls::S
     tls.conn.send_close_notify();
     let _ = tls.flush();
 }
+
+/// Holds a fake registry's 401 answers until `n` requests needing one have arrived (once
+/// per [`ChallengeTogether::expect`]). No caller learns how to get a token before every
+/// caller of the burst is in flight without one, so "one token request for the burst" is
+/// tested with the callers overlapping by construction, not by a sleep in the token server.
+///
+/// Each caller of a fresh client sends its first request unauthenticated (the scheme is
+/// remembered only from a 401, and none is answered before the `n`-th arrives), so a burst
+/// of `n` callers always opens the gate.
+#[derive(Debug, Default)]
+pub(crate) struct ChallengeTogether(Mutex<Option<(usize, tokio::sync::watch::Sender<bool>)>>);
+
+impl ChallengeTogether {
+    /// The next `n` requests to be challenged wait for each other.
+    pub fn expect(&self, n: usize) {
+        let (open, _) = tokio::sync::watch::channel(false);
+        *self.0.lock().unwrap() = Some((n, open));
+    }
+
+    /// Waits, when a burst is expected, until all of its requests have arrived.
+    pub async fn arrive(&self) {
+        let mut opened = {
+            let mut gate = self.0.lock().unwrap();
+            let Some((left, open)) = gate.as_mut() else {
+                return;
+            };
+            let opened = open.subscribe();
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                open.send_replace(true);
+                *gate = None;
+            }
+            opened
+        };
+        opened
+            .wait_for(|open| *open)
+            .await
+            .expect("the gate opens before it is dropped");
+    }
+}
