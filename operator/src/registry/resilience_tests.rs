@@ -139,6 +139,11 @@ impl HeldClock {
     }
 }
 
+/// Moves the held clock to `deadline`.
+async fn advance_to(deadline: tokio::time::Instant) {
+    tokio::time::advance(deadline.saturating_duration_since(tokio::time::Instant::now())).await;
+}
+
 async fn concurrent_listings(client: &RegistryClient, repo: &RepositoryRef, n: usize) {
     let calls = (0..n).map(|_| {
         let (client, repo) = (client.clone(), repo.clone());
@@ -729,6 +734,8 @@ struct ScopedRegistry {
     /// Form `POST`s received, and the `GET` token requests' URLs (path and query).
     posts: AtomicUsize,
     get_targets: Mutex<Vec<String>>,
+    /// Holds a cold burst's 401s until all of its callers have arrived.
+    together: ChallengeTogether,
 }
 
 impl ScopedRegistry {
@@ -799,8 +806,6 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                     state.refused.fetch_add(1, Ordering::SeqCst);
                     return html(414, "414 Request-URI Too Large");
                 }
-                // Slow enough that concurrent callers pile up behind this fetch.
-                tokio::time::sleep(Duration::from_millis(50)).await;
                 let granted: HashSet<String> = scopes
                     .iter()
                     .filter(|s| scopes.len() == 1 || !s.starts_with("repository:locked/"))
@@ -865,6 +870,9 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                 .and_then(|token| state.grants.lock().unwrap().get(token).cloned());
             let challenge =
                 format!(r#"Bearer realm="http://{host}/token",service="scoped",scope="{scope}""#);
+            if grants.is_none() {
+                state.together.arrive().await;
+            }
             match grants {
                 None => TestResponse::new(401)
                     .header("WWW-Authenticate", &challenge)
@@ -905,8 +913,10 @@ async fn list_all(client: &RegistryClient, repos: &[RepositoryRef]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the token's lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn a_thousand_repositories_share_one_token_request_per_expiry() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(5, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
@@ -914,6 +924,7 @@ async fn a_thousand_repositories_share_one_token_request_per_expiry() {
     let repos = scoped_repos(&server, "team/app", 1000);
     let wanted = pull_scopes(&repos);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let cold = server.count("/token");
     eprintln!("1000 repositories listed at once from a cold start: {cold} token request(s)");
@@ -931,7 +942,7 @@ async fn a_thousand_repositories_share_one_token_request_per_expiry() {
     let deadline = client
         .wide_token_usable_until(&server.host(), &Credentials::Anonymous)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all(&client, &repos).await;
     assert_eq!(server.count("/token"), cold + 1);
     assert_eq!(client.token_fetches(), cold as u64 + 1);
@@ -949,6 +960,7 @@ async fn a_token_server_refusing_long_requests_gets_fewer_scopes_per_request() {
     let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 300);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let fetches = server.count("/token");
     let refused = state.refused.load(Ordering::SeqCst);
@@ -1031,6 +1043,7 @@ async fn a_wide_token_too_large_for_the_registry_is_split() {
     let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 100);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let fetches = server.count("/token");
     let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
@@ -1054,6 +1067,7 @@ async fn at_the_default_cap_a_token_fits_an_8_kib_header_limit() {
     let client = client_with(&server, unlimited(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 100);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
     eprintln!(
@@ -1135,10 +1149,12 @@ fn one_token_for_all() -> RegistrySettings {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the tokens' lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_per_64() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
-    // Long enough for two rounds of 5,000 listings on a busy machine (handed out for 48 s).
+    // Handed out for 48 s.
     state.expires_in.store(60, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
     let client = client_with(&server, unlimited(), Duration::from_secs(60));
@@ -1149,6 +1165,8 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     let chunks = repos.len().div_ceil(cap);
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let answered = state.answered();
     eprintln!(
@@ -1162,13 +1180,15 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     assert_eq!(covered, wanted);
 
     // A second round within the lifetime asks for nothing; after it, each chunk is renewed
-    // once.
+    // once. (A second later, which refills the host's rate limit of 10,000 requests per
+    // second: the clock does not move by itself.)
+    tokio::time::advance(Duration::from_secs(1)).await;
     list_all_with(&client, &repos, &creds, 200).await;
     assert_eq!(state.answered().len(), chunks);
     let deadline = client
         .wide_token_usable_until(&server.host(), &creds)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all_with(&client, &repos, &creds, 200).await;
     let answered = state.answered();
     assert_eq!(answered.len(), 2 * chunks);
@@ -1176,8 +1196,10 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     assert_eq!(renewed, wanted);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the token's lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(20, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
@@ -1188,6 +1210,8 @@ async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
     // As the controller does at start: every watched repository is announced first.
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let tokens = server.count("/token");
     eprintln!("5000 repositories listed 200 at a time: {tokens} token request(s)");
@@ -1204,7 +1228,7 @@ async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
     let deadline = client
         .wide_token_usable_until(&server.host(), &creds)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all_with(&client, &repos, &creds, 200).await;
     assert_eq!(server.count("/token"), 2);
     assert_eq!(state.posts.load(Ordering::SeqCst), 2);
@@ -1227,6 +1251,8 @@ async fn get_only_token_server(status: u16) {
     let repos = scoped_repos(&server, "team/app", 2000);
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let gets = state.get_targets.lock().unwrap().clone();
     eprintln!(
