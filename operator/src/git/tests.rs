@@ -894,20 +894,32 @@ fn keygen(path: &Path) -> (String, String) {
 }
 
 impl Sshd {
-    /// `None` when this machine cannot run a private sshd (binary missing,
-    /// not root).
-    fn start() -> Option<Self> {
+    /// Starts the server. Panics, naming what is missing, when this machine cannot run a
+    /// private sshd (`/usr/sbin/sshd` or `ssh-keygen` missing, not root): the test tier
+    /// provides all three.
+    fn start() -> Self {
         let sshd = Path::new("/usr/sbin/sshd");
-        let is_root = Command::new("id")
+        let uid = Command::new("id")
             .arg("-u")
             .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-            .unwrap_or(false);
-        if !sshd.exists() || !is_root || Command::new("ssh-keygen").arg("-?").output().is_err() {
-            return None;
+            .unwrap_or_else(|e| panic!("cannot run `id -u`: {e}"));
+        let mut missing = Vec::new();
+        if !sshd.exists() {
+            missing.push("/usr/sbin/sshd (openssh-server)");
         }
+        if Command::new("ssh-keygen").arg("-?").output().is_err() {
+            missing.push("ssh-keygen");
+        }
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            missing.push("root (sshd serves the repositories as root)");
+        }
+        assert!(
+            missing.is_empty(),
+            "the SSH end-to-end test cannot run a private sshd, missing: {}",
+            missing.join(", ")
+        );
         // sshd refuses to start without its privilege separation directory.
-        std::fs::create_dir_all("/run/sshd").ok()?;
+        std::fs::create_dir_all("/run/sshd").expect("create /run/sshd");
         let dir = tempfile::tempdir().unwrap();
         let (_, host_pub) = keygen(&dir.path().join("host_ed25519"));
         let (client_key, client_pub) = keygen(&dir.path().join("client_ed25519"));
@@ -935,7 +947,7 @@ impl Sshd {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .ok()?;
+            .expect("start /usr/sbin/sshd");
         let server = Sshd {
             child,
             port,
@@ -946,12 +958,13 @@ impl Sshd {
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return None;
-            }
+            assert!(
+                Instant::now() <= deadline,
+                "sshd did not listen on 127.0.0.1:{port} within 10 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(server)
+        server
     }
 
     fn url(&self, repo: &Path) -> String {
@@ -981,10 +994,7 @@ impl Sshd {
 
 #[test]
 fn ssh_end_to_end_with_host_key_verification() {
-    let Some(sshd) = Sshd::start() else {
-        eprintln!("skipping: cannot run a private sshd here (needs root, sshd, ssh-keygen)");
-        return;
-    };
+    let sshd = Sshd::start();
     let fx = Fixture::new();
     let url = sshd.url(&fx.remote);
     let cache = fx.cache();

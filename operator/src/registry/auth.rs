@@ -16,7 +16,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so tests can move token expiry with the paused test clock.
+use tokio::time::Instant;
 
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
@@ -547,13 +550,15 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    /// On the paused clock: the fetch's sleep ends only when the runtime has nothing else to
+    /// run, that is once every caller is waiting on the fetch in flight, so all twenty pile
+    /// up on it by construction.
+    #[tokio::test(start_paused = true)]
     async fn cache_is_single_flight_and_refreshes_rejected_tokens() {
         let cache = Arc::new(TokenCache::default());
         let fetches = Arc::new(AtomicU64::new(0));
         let fetch = |fetches: Arc<AtomicU64>| async move {
             let n = fetches.fetch_add(1, Ordering::SeqCst) + 1;
-            // Keep the fetch in flight long enough for every caller to pile up on it.
             tokio::time::sleep(Duration::from_millis(50)).await;
             Ok(FetchedToken {
                 token: format!("t{n}"),
@@ -592,7 +597,7 @@ mod tests {
         assert_eq!(t.unwrap(), "t3");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn failed_fetch_is_not_cached_and_expired_tokens_refetch() {
         let cache = TokenCache::default();
         let r = cache
@@ -601,19 +606,29 @@ mod tests {
             })
             .await;
         assert!(r.is_err());
-        // A 10 ms lifetime leaves an 8 ms usable window; wait for exactly that deadline.
+        // A 10 s lifetime leaves an 8 s usable window, moved through on the paused clock.
         let t = cache
             .get_or_fetch(&key("s"), None, || async {
                 Ok(FetchedToken {
                     token: "short".into(),
-                    lifetime: Duration::from_millis(10),
+                    lifetime: Duration::from_secs(10),
                 })
             })
             .await;
         assert_eq!(t.unwrap(), "short");
         let slot = cache.slot(&key("s"));
         let deadline = slot.lock().await.as_ref().unwrap().usable_until;
-        tokio::time::sleep_until(deadline.into()).await;
+        assert_eq!(deadline, Instant::now() + Duration::from_secs(8));
+        // Up to the deadline the cached token is handed out without a fetch.
+        tokio::time::advance(Duration::from_secs(8) - Duration::from_millis(1)).await;
+        let t = cache
+            .get_or_fetch(&key("s"), None, || async {
+                panic!("a token still usable was fetched again")
+            })
+            .await;
+        assert_eq!(t.unwrap(), "short");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(Instant::now(), deadline);
         let t = cache
             .get_or_fetch(&key("s"), None, || async {
                 Ok(FetchedToken {

@@ -1,8 +1,8 @@
 //! Tests of the scan step against a real registry: CNCF distribution (`docker-registry`)
 //! started on a free loopback port with htpasswd auth, filled with `skopeo`.
 //!
-//! Skipped (with a message) when `docker-registry`, `skopeo`, `htpasswd` or `gzip` is not on
-//! PATH, so the rest of the suite still runs on machines without them.
+//! Needs `docker-registry`, `skopeo`, `htpasswd` and `gzip` on PATH: the test tier installs
+//! them, so a missing one fails the test and names it.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -296,26 +296,23 @@ async fn push(
         .to_string()
 }
 
-/// Whether the tools are missing (then the test is skipped, with a message).
-fn tools_missing() -> bool {
+/// Fails the test, naming them, when any of the tools it runs is not on PATH: the test
+/// tier installs them, so a missing one is a broken machine, not a reason to pass.
+fn require_tools() {
     let missing: Vec<&str> = ["docker-registry", "skopeo", "htpasswd", "gzip"]
         .into_iter()
         .filter(|p| !on_path(p))
         .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "skipping real-registry test: not on PATH: {}",
-            missing.join(", ")
-        );
-    }
-    !missing.is_empty()
+    assert!(
+        missing.is_empty(),
+        "the real-registry test needs these tools on PATH, missing: {}",
+        missing.join(", ")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_registry_tags_digests_and_auth() {
-    if tools_missing() {
-        return;
-    }
+    require_tools();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let work = TempDir::new("registry-test");
     let registry = start_registry(&work.0).await;
@@ -421,9 +418,7 @@ async fn real_registry_tags_digests_and_auth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_registry_created_times_in_newest_order_within_the_budget() {
-    if tools_missing() {
-        return;
-    }
+    require_tools();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let work = TempDir::new("registry-created");
     let registry = start_registry(&work.0).await;

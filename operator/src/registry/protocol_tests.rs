@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use sha2::Digest as _;
 
-use super::test_server::{TestRequest, TestResponse, TestServer};
+use super::test_server::{ChallengeTogether, TestRequest, TestResponse, TestServer};
 use super::*;
 
 fn install_crypto() {
@@ -68,6 +68,8 @@ struct BearerState {
     /// Only `tok-<valid>` is accepted; 0 accepts any issued token.
     valid: AtomicU64,
     challenges: AtomicU64,
+    /// Holds a burst's 401s until all of its callers have arrived.
+    together: ChallengeTogether,
 }
 
 fn bearer_registry(
@@ -91,8 +93,6 @@ fn bearer_registry(
                         .json(r#"{"details":"incorrect username or password"}"#);
                 }
                 let n = state.token_requests.fetch_add(1, Ordering::SeqCst) + 1;
-                // Keep the fetch in flight so that concurrent callers pile up behind it.
-                tokio::time::sleep(Duration::from_millis(100)).await;
                 return TestResponse::new(200)
                     .json(&format!(r#"{{"token":"tok-{n}","expires_in":300}}"#));
             }
@@ -104,6 +104,7 @@ fn bearer_registry(
             };
             if !authorized {
                 state.challenges.fetch_add(1, Ordering::SeqCst);
+                state.together.arrive().await;
                 let challenge = format!(
                     r#"Bearer realm="http://{host}/token",service="test-registry",scope="repository:team/app:pull""#
                 );
@@ -124,6 +125,8 @@ async fn fifty_concurrent_listings_fetch_one_token() {
     let repo = repo(&server, "team/app");
     let creds = Credentials::basic("user", "pass");
 
+    // All fifty are challenged, and so lack a token, before the first 401 is answered.
+    state.together.expect(50);
     let calls = (0..50).map(|_| {
         // Clones share the cache, as the controller's workers will.
         let (client, repo, creds) = (client.clone(), repo.clone(), creds.clone());

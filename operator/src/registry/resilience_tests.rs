@@ -17,7 +17,9 @@ use super::auth::{
 use super::distribution::Tuning;
 use super::distribution::token::token_url;
 use super::ratelimit::RetryPolicy;
-use super::test_server::{TestCertificates, TestRequest, TestResponse, TestServer, TlsFront};
+use super::test_server::{
+    ChallengeTogether, TestCertificates, TestRequest, TestResponse, TestServer, TlsFront,
+};
 use super::*;
 
 fn install_crypto() {
@@ -79,12 +81,13 @@ type HandlerFn = Box<dyn Fn(TestRequest) -> BoxFuture<'static, TestResponse> + S
 
 /// A registry that wants Bearer tokens from its own `/token`, issuing `tok-<n>` with
 /// `expires_in` seconds of life. Accepts `tok-<accept>`, or any issued token when `accept`
-/// is 0.
+/// is 0. A burst's 401s can be held until all of its callers have arrived (`together`).
 #[derive(Default)]
 struct TokenRegistry {
     expires_in: AtomicU64,
     accept: AtomicU64,
     issued: AtomicU64,
+    together: ChallengeTogether,
 }
 
 fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
@@ -94,8 +97,6 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
             let host = req.header("host").unwrap_or("").to_string();
             if req.path() == "/token" {
                 let n = state.issued.fetch_add(1, Ordering::SeqCst) + 1;
-                // Slow enough that every concurrent caller piles up behind this fetch.
-                tokio::time::sleep(Duration::from_millis(200)).await;
                 let expires = state.expires_in.load(Ordering::SeqCst).max(1);
                 return TestResponse::new(200)
                     .json(&format!(r#"{{"token":"tok-{n}","expires_in":{expires}}}"#));
@@ -107,6 +108,7 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
                 None => false,
             };
             if !ok {
+                state.together.arrive().await;
                 let challenge = format!(
                     r#"Bearer realm="http://{host}/token",service="test",scope="repository:team/app:pull""#
                 );
@@ -117,6 +119,29 @@ fn token_registry(state: Arc<TokenRegistry>) -> HandlerFn {
             TestResponse::new(200).json(r#"{"name":"team/app","tags":["v1"]}"#)
         })
     })
+}
+
+/// Keeps the paused test clock still while the test waits on sockets. Tokio auto-advances
+/// a paused clock whenever the runtime is idle, which includes waiting for a loopback
+/// answer, and would then jump to the next timer (a request timeout); it does not while a
+/// blocking task runs, so one is kept running until this is dropped. The clock then moves
+/// only by `tokio::time::advance` (a `sleep` would never end).
+struct HeldClock(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+impl HeldClock {
+    fn hold() -> HeldClock {
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        tokio::task::spawn_blocking(move || {
+            // Returns when the sender is dropped.
+            let _ = released.recv();
+        });
+        HeldClock(release)
+    }
+}
+
+/// Moves the held clock to `deadline`.
+async fn advance_to(deadline: tokio::time::Instant) {
+    tokio::time::advance(deadline.saturating_duration_since(tokio::time::Instant::now())).await;
 }
 
 async fn concurrent_listings(client: &RegistryClient, repo: &RepositoryRef, n: usize) {
@@ -137,6 +162,8 @@ async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() 
     let client = client_with(&server, unlimited(), Duration::from_secs(20));
     let repo = repo(&server, "team/app");
 
+    // All 200 are challenged, and so lack a token, before the first 401 is answered.
+    state.together.expect(200);
     concurrent_listings(&client, &repo, 200).await;
     assert_eq!(server.count("/token"), 1);
     assert_eq!(client.token_fetches(), 1);
@@ -147,21 +174,26 @@ async fn two_hundred_concurrent_listings_make_one_token_request_at_the_server() 
     assert!(server.count("/v2/team/app/tags/list") <= 400);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On the paused test clock, held while requests wait on sockets: the token's lifetime is
+/// crossed with `advance`, to the millisecond, instead of sleeping through it.
+#[tokio::test(start_paused = true)]
 async fn expired_tokens_are_refreshed_once_per_burst() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(TokenRegistry::default());
     state.expires_in.store(2, Ordering::SeqCst);
     let server = TestServer::start(token_registry(state.clone())).await;
     let client = client_with(&server, unlimited(), Duration::from_secs(20));
     let repo = repo(&server, "team/app");
 
+    state.together.expect(30);
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 1);
-    // Within the lifetime (less the safety margin) the token is reused.
+    // A 2 s token is handed out for 1.6 s: up to then it is reused.
+    tokio::time::advance(Duration::from_millis(1599)).await;
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 1);
-    // A 2 s token is handed out for 1.6 s; after that the next burst fetches exactly once.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // From then on, the next burst fetches exactly once.
+    tokio::time::advance(Duration::from_millis(1)).await;
     concurrent_listings(&client, &repo, 30).await;
     assert_eq!(server.count("/token"), 2);
     assert_eq!(client.token_fetches(), 2);
@@ -180,8 +212,10 @@ async fn a_rejected_cached_token_is_refreshed_once_not_in_a_loop() {
     concurrent_listings(&client, &repo, 1).await;
     assert_eq!(server.count("/token"), 1);
 
-    // The registry revokes tok-1: twenty callers holding it cause one refresh between them.
+    // The registry revokes tok-1: twenty callers holding it, all refused before any of them
+    // is answered, cause one refresh between them.
     state.accept.store(2, Ordering::SeqCst);
+    state.together.expect(20);
     concurrent_listings(&client, &repo, 20).await;
     assert_eq!(server.count("/token"), 2);
 
@@ -259,10 +293,6 @@ async fn docker_hub_flow_over_tls_with_a_private_ca() {
     std::fs::create_dir_all(&dir).unwrap();
     let certs = TestCertificates::generate(&dir, &["registry-1.docker.io", "auth.docker.io"]);
     let _ = std::fs::remove_dir_all(&dir);
-    let Some(certs) = certs else {
-        eprintln!("skipping TLS test: openssl is not installed");
-        return;
-    };
 
     let server = TestServer::start(|req: TestRequest| -> BoxFuture<'static, TestResponse> {
         Box::pin(async move {
@@ -704,6 +734,8 @@ struct ScopedRegistry {
     /// Form `POST`s received, and the `GET` token requests' URLs (path and query).
     posts: AtomicUsize,
     get_targets: Mutex<Vec<String>>,
+    /// Holds a cold burst's 401s until all of its callers have arrived.
+    together: ChallengeTogether,
 }
 
 impl ScopedRegistry {
@@ -774,8 +806,6 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                     state.refused.fetch_add(1, Ordering::SeqCst);
                     return html(414, "414 Request-URI Too Large");
                 }
-                // Slow enough that concurrent callers pile up behind this fetch.
-                tokio::time::sleep(Duration::from_millis(50)).await;
                 let granted: HashSet<String> = scopes
                     .iter()
                     .filter(|s| scopes.len() == 1 || !s.starts_with("repository:locked/"))
@@ -840,6 +870,9 @@ fn scoped_registry(state: Arc<ScopedRegistry>) -> HandlerFn {
                 .and_then(|token| state.grants.lock().unwrap().get(token).cloned());
             let challenge =
                 format!(r#"Bearer realm="http://{host}/token",service="scoped",scope="{scope}""#);
+            if grants.is_none() {
+                state.together.arrive().await;
+            }
             match grants {
                 None => TestResponse::new(401)
                     .header("WWW-Authenticate", &challenge)
@@ -880,8 +913,10 @@ async fn list_all(client: &RegistryClient, repos: &[RepositoryRef]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the token's lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn a_thousand_repositories_share_one_token_request_per_expiry() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(5, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
@@ -889,6 +924,7 @@ async fn a_thousand_repositories_share_one_token_request_per_expiry() {
     let repos = scoped_repos(&server, "team/app", 1000);
     let wanted = pull_scopes(&repos);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let cold = server.count("/token");
     eprintln!("1000 repositories listed at once from a cold start: {cold} token request(s)");
@@ -906,7 +942,7 @@ async fn a_thousand_repositories_share_one_token_request_per_expiry() {
     let deadline = client
         .wide_token_usable_until(&server.host(), &Credentials::Anonymous)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all(&client, &repos).await;
     assert_eq!(server.count("/token"), cold + 1);
     assert_eq!(client.token_fetches(), cold as u64 + 1);
@@ -924,6 +960,7 @@ async fn a_token_server_refusing_long_requests_gets_fewer_scopes_per_request() {
     let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 300);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let fetches = server.count("/token");
     let refused = state.refused.load(Ordering::SeqCst);
@@ -1006,6 +1043,7 @@ async fn a_wide_token_too_large_for_the_registry_is_split() {
     let client = client_with(&server, one_token_for_all(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 100);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let fetches = server.count("/token");
     let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
@@ -1029,6 +1067,7 @@ async fn at_the_default_cap_a_token_fits_an_8_kib_header_limit() {
     let client = client_with(&server, unlimited(), Duration::from_secs(30));
     let repos = scoped_repos(&server, "team/app", 100);
 
+    state.together.expect(repos.len());
     list_all(&client, &repos).await;
     let sizes: Vec<usize> = state.answered().iter().map(Vec::len).collect();
     eprintln!(
@@ -1110,10 +1149,12 @@ fn one_token_for_all() -> RegistrySettings {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the tokens' lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_per_64() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
-    // Long enough for two rounds of 5,000 listings on a busy machine (handed out for 48 s).
+    // Handed out for 48 s.
     state.expires_in.store(60, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
     let client = client_with(&server, unlimited(), Duration::from_secs(60));
@@ -1124,6 +1165,8 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     let chunks = repos.len().div_ceil(cap);
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let answered = state.answered();
     eprintln!(
@@ -1137,13 +1180,15 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     assert_eq!(covered, wanted);
 
     // A second round within the lifetime asks for nothing; after it, each chunk is renewed
-    // once.
+    // once. (A second later, which refills the host's rate limit of 10,000 requests per
+    // second: the clock does not move by itself.)
+    tokio::time::advance(Duration::from_secs(1)).await;
     list_all_with(&client, &repos, &creds, 200).await;
     assert_eq!(state.answered().len(), chunks);
     let deadline = client
         .wide_token_usable_until(&server.host(), &creds)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all_with(&client, &repos, &creds, 200).await;
     let answered = state.answered();
     assert_eq!(answered.len(), 2 * chunks);
@@ -1151,8 +1196,10 @@ async fn five_thousand_repositories_at_the_default_cap_take_one_token_request_pe
     assert_eq!(renewed, wanted);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// On the held paused clock: the token's lifetime is crossed with `advance`.
+#[tokio::test(start_paused = true)]
 async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
+    let _clock = HeldClock::hold();
     let state = Arc::new(ScopedRegistry::default());
     state.expires_in.store(20, Ordering::SeqCst);
     let server = TestServer::start(scoped_registry(state.clone())).await;
@@ -1163,6 +1210,8 @@ async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
     // As the controller does at start: every watched repository is announced first.
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let tokens = server.count("/token");
     eprintln!("5000 repositories listed 200 at a time: {tokens} token request(s)");
@@ -1179,7 +1228,7 @@ async fn five_thousand_repositories_get_one_form_token_request_per_expiry() {
     let deadline = client
         .wide_token_usable_until(&server.host(), &creds)
         .unwrap();
-    tokio::time::sleep_until(deadline.into()).await;
+    advance_to(deadline).await;
     list_all_with(&client, &repos, &creds, 200).await;
     assert_eq!(server.count("/token"), 2);
     assert_eq!(state.posts.load(Ordering::SeqCst), 2);
@@ -1202,6 +1251,8 @@ async fn get_only_token_server(status: u16) {
     let repos = scoped_repos(&server, "team/app", 2000);
     announce(&client, &server, &creds, &repos);
 
+    // The first 200 in flight are challenged together.
+    state.together.expect(200);
     list_all_with(&client, &repos, &creds, 200).await;
     let gets = state.get_targets.lock().unwrap().clone();
     eprintln!(

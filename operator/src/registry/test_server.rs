@@ -262,21 +262,20 @@ pub(crate) struct TestCertificates {
 }
 
 impl TestCertificates {
-    /// Certificates for `names` (DNS names; `127.0.0.1` is always included), or `None` when
-    /// `openssl` is not installed.
-    pub fn generate(dir: &Path, names: &[&str]) -> Option<TestCertificates> {
+    /// Certificates for `names` (DNS names; `127.0.0.1` is always included). Panics, naming
+    /// it, when `openssl` cannot be run: the test tier installs it.
+    pub fn generate(dir: &Path, names: &[&str]) -> TestCertificates {
         let run = |args: &[&str]| {
             let output = Command::new("openssl")
                 .args(args)
                 .current_dir(dir)
                 .output()
-                .ok()?;
+                .unwrap_or_else(|e| panic!("cannot run openssl (needed for the TLS tests): {e}"));
             assert!(
                 output.status.success(),
                 "openssl {args:?} failed: {}",
                 String::from_utf8_lossy(&output.stderr)
             );
-            Some(())
         };
         let mut san = String::from("subjectAltName=IP:127.0.0.1");
         for name in names {
@@ -314,7 +313,7 @@ impl TestCertificates {
                 "keyUsage=critical,keyCertSign,cRLSign",
             ],
         ]
-        .concat())?;
+        .concat());
         run(&[
             &["req"][..],
             &ec,
@@ -327,7 +326,7 @@ impl TestCertificates {
                 "/CN=imagewatch test server",
             ],
         ]
-        .concat())?;
+        .concat());
         run(&[
             "x509",
             "-req",
@@ -344,13 +343,13 @@ impl TestCertificates {
             "server.pem",
             "-extfile",
             "server.ext",
-        ])?;
+        ]);
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-        Some(TestCertificates {
+        TestCertificates {
             ca_pem: read("ca.pem"),
             server_cert_pem: read("server.pem"),
             server_key_pem: read("server.key"),
-        })
+        }
     }
 }
 
@@ -429,4 +428,44 @@ fn relay(stream: std::net::TcpStream, backend: SocketAddr, config: Arc<rustls::S
     let _ = tls.write_all(&response);
     tls.conn.send_close_notify();
     let _ = tls.flush();
+}
+
+/// Holds a fake registry's 401 answers until `n` requests needing one have arrived (once
+/// per [`ChallengeTogether::expect`]). No caller learns how to get a token before every
+/// caller of the burst is in flight without one, so "one token request for the burst" is
+/// tested with the callers overlapping by construction, not by a sleep in the token server.
+///
+/// Each caller of a fresh client sends its first request unauthenticated (the scheme is
+/// remembered only from a 401, and none is answered before the `n`-th arrives), so a burst
+/// of `n` callers always opens the gate.
+#[derive(Debug, Default)]
+pub(crate) struct ChallengeTogether(Mutex<Option<(usize, tokio::sync::watch::Sender<bool>)>>);
+
+impl ChallengeTogether {
+    /// The next `n` requests to be challenged wait for each other.
+    pub fn expect(&self, n: usize) {
+        let (open, _) = tokio::sync::watch::channel(false);
+        *self.0.lock().unwrap() = Some((n, open));
+    }
+
+    /// Waits, when a burst is expected, until all of its requests have arrived.
+    pub async fn arrive(&self) {
+        let mut opened = {
+            let mut gate = self.0.lock().unwrap();
+            let Some((left, open)) = gate.as_mut() else {
+                return;
+            };
+            let opened = open.subscribe();
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                open.send_replace(true);
+                *gate = None;
+            }
+            opened
+        };
+        opened
+            .wait_for(|open| *open)
+            .await
+            .expect("the gate opens before it is dropped");
+    }
 }

@@ -45,7 +45,10 @@ use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so tests can move token expiry with the paused test clock.
+use tokio::time::Instant;
 
 use super::auth::{FetchedToken, PRUNE_THRESHOLD, usable_until};
 use super::error::RegistryError;
@@ -614,7 +617,10 @@ mod tests {
     }
 
     /// Stands in for a token server: records the scopes of each request, keeps each in
-    /// flight for a moment, refuses more than `max_scopes` with 414, and fails when `down`.
+    /// flight for 50 ms, refuses more than `max_scopes` with 414, and fails when `down`.
+    /// The tests run on the paused clock, where that sleep ends only once the runtime has
+    /// nothing else to run: every caller asking at once is then waiting on the request in
+    /// flight, by construction rather than by timing.
     struct TokenServer {
         requests: Mutex<Vec<Vec<String>>>,
         max_scopes: usize,
@@ -717,7 +723,7 @@ mod tests {
         scopes
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn one_wide_token_for_every_remembered_scope_and_one_per_expiry() {
         let tokens = Arc::new(WideTokens::new(
             64 * 1024,
@@ -744,7 +750,7 @@ mod tests {
         // Once the token is no longer handed out, the next burst fetches once, again for
         // every remembered scope.
         let deadline = tokens.usable_until(&wide_key()).unwrap();
-        tokio::time::sleep_until(deadline.into()).await;
+        tokio::time::sleep_until(deadline).await;
         let outcomes = ask_all(&tokens, &server, &scopes, None).await;
         assert!(
             outcomes
@@ -756,7 +762,7 @@ mod tests {
         assert_eq!(sorted(requests[1].clone()), sorted(scopes));
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn a_token_names_at_most_the_cap_and_each_chunk_is_renewed_once_per_expiry() {
         let cap = crate::registry::settings::DEFAULT_REPOSITORIES_PER_TOKEN as usize;
         let tokens = Arc::new(WideTokens::new(
@@ -789,7 +795,7 @@ mod tests {
 
         // Once they are no longer handed out, each chunk is renewed once.
         let deadline = tokens.usable_until(&wide_key()).unwrap();
-        tokio::time::sleep_until(deadline.into()).await;
+        tokio::time::sleep_until(deadline).await;
         ask_all(&tokens, &server, &scopes, None).await;
         let requests = server.requests();
         assert_eq!(requests.len(), 2 * chunks);
@@ -819,7 +825,7 @@ mod tests {
         assert!(tokens.needs_own_token(&wide_key(), &pull(0)));
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn refused_long_requests_halve_the_scopes_per_token() {
         let tokens = Arc::new(WideTokens::new(
             64 * 1024,
@@ -852,7 +858,7 @@ mod tests {
         assert_eq!(server.requests().len(), requests.len());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn requests_stay_within_the_url_budget() {
         // All scopes have the same length here: room for exactly ten of them.
         let scopes: Vec<String> = (0..30).map(pull).collect();
@@ -883,7 +889,7 @@ mod tests {
         assert_eq!(server.requests().last().unwrap(), &vec![long]);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn a_failed_wide_fetch_is_shared_by_its_waiters() {
         let tokens = Arc::new(WideTokens::new(
             64 * 1024,
@@ -909,7 +915,7 @@ mod tests {
         assert_eq!(server.requests().len(), 2);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(start_paused = true)]
     async fn a_rejected_wide_token_is_replaced_once() {
         let tokens = Arc::new(WideTokens::new(
             64 * 1024,
@@ -935,7 +941,7 @@ mod tests {
         assert_eq!(server.requests().len(), 2);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn own_tokens_and_the_bound_on_remembered_scopes() {
         let tokens = WideTokens::new(64 * 1024, 3, ScopeCaps::all(usize::MAX));
         let server = TokenServer::new(usize::MAX, Duration::from_secs(300));

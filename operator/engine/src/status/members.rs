@@ -389,3 +389,6 @@ pub fn pattern_status<E: Failure>(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;

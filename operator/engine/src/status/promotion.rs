@@ -394,3 +394,6 @@ pub fn build_status<E: Failure>(
     }
     next
 }
+
+#[cfg(test)]
+mod tests;

@@ -343,52 +343,6 @@ mod tests {
     }
 
     #[test]
-    fn history_is_newest_first_and_bounded() {
-        let mut p = policy(json!({"mode": "Commit"}));
-        for i in 0..12 {
-            let o = Outcome {
-                mode: PromotionMode::Commit,
-                ..outcome(
-                    Delivery::Committed {
-                        commit: format!("c{i:02}"),
-                    },
-                    Some(GateReport::default()),
-                    "v1",
-                )
-            };
-            p.status = Some(build_status(&p, &Ok(o), &t(i)));
-        }
-        let s = p.status.unwrap();
-        assert_eq!(s.last_promotions.len(), HISTORY);
-        assert_eq!(s.last_promotions[0].commit.as_deref(), Some("c11"));
-        assert_eq!(cond(&s, PULL_REQUEST_OPEN).reason, "NotApplicable");
-        assert_eq!(cond(&s, READY).reason, "Committed");
-    }
-
-    #[test]
-    fn a_commit_stays_the_ready_message_once_current() {
-        let mut p = policy(json!({"mode": "Commit"}));
-        let committed = Outcome {
-            mode: PromotionMode::Commit,
-            ..outcome(
-                Delivery::Committed {
-                    commit: "abc".into(),
-                },
-                Some(GateReport::default()),
-                "v1",
-            )
-        };
-        p.status = Some(build_status(&p, &Ok(committed), &t(1)));
-        let current = Outcome {
-            mode: PromotionMode::Commit,
-            ..outcome(Delivery::UpToDate { closed: None }, None, "v2")
-        };
-        let s = build_status(&p, &Ok(current), &t(2));
-        assert_eq!(cond(&s, READY).reason, "Committed");
-        assert_eq!(cond(&s, GATES_PASSING).reason, "NothingToPromote");
-    }
-
-    #[test]
     fn up_to_date_closes_and_clears_the_pull_request() {
         let mut p = policy(json!({}));
         p.status = Some(PromotionPolicyStatus {
@@ -477,49 +431,6 @@ mod tests {
         assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).status, "False");
         assert!(s.held.is_empty());
         assert_eq!(s.last_promotions[0].tags["my-api"], "v2");
-    }
-
-    #[test]
-    fn a_held_image_is_not_recorded_as_promoted() {
-        let p = policy(json!({"mode": "Commit"}));
-        let mut c = candidate("v1");
-        c.images.push(crate::promotion::CandidateImage {
-            name: "worker".into(),
-            repository: "r/acct222/worker".into(),
-            tag: "v2".into(),
-            digest: None,
-            origin: crate::promotion::Origin::Source,
-            source: None,
-            current: vec!["r/acct222/worker:v1".into()],
-        });
-        let c = c.with_holds(vec![imagewatch_crd::HeldImage {
-            name: "my-api".into(),
-            commit: "badc0de000000000".into(),
-            author: "Jane <jane@example.com>".into(),
-            value: "v1".into(),
-            replaced: "v2".into(),
-        }]);
-        let o = Outcome {
-            mode: PromotionMode::Commit,
-            candidate: c,
-            ..outcome(
-                Delivery::Committed {
-                    commit: "feed".into(),
-                },
-                Some(GateReport::default()),
-                "v1",
-            )
-        };
-        let s = build_status(&p, &Ok(o), &t(10));
-        assert_eq!(cond(&s, READY).reason, "Committed");
-        assert!(cond(&s, READY).message.contains("worker v1 -> v2"));
-        assert!(!cond(&s, READY).message.contains("my-api v1"));
-        assert!(cond(&s, READY).message.contains("held: my-api"));
-        assert_eq!(cond(&s, imagewatch_crd::conditions::HELD).status, "True");
-        assert_eq!(
-            s.last_promotions[0].tags.keys().collect::<Vec<_>>(),
-            ["worker"]
-        );
     }
 
     #[test]

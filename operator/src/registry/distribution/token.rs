@@ -83,7 +83,7 @@ impl RegistryClient {
         &self,
         registry: &str,
         creds: &Credentials,
-    ) -> Option<std::time::Instant> {
+    ) -> Option<tokio::time::Instant> {
         self.inner.wide_tokens.usable_until(&WideKey {
             registry: registry.to_string(),
             identity: creds.identity(),

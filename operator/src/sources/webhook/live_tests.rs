@@ -2,8 +2,9 @@
 //! its `notifications.endpoints` point at our server with a Bearer token, `skopeo` pushes a
 //! tiny OCI image and re-tags it, and the events must arrive on the sink.
 //!
-//! Skipped (with a message) when `docker-registry`, `skopeo`, `htpasswd` or `python3` is
-//! not on PATH, so the rest of the suite still runs on machines without them.
+//! Needs `docker-registry`, `skopeo`, `htpasswd` and `python3` on PATH: the test tier
+//! installs them, so a missing one fails the test and names it (a broken machine, not a
+//! reason to pass).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,16 @@ const TOKEN: &str = "registry-notify-token-4f1c";
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Fails the test, naming them, when any of `tools` is not on PATH.
+fn require_tools(tools: &[&str]) {
+    let missing: Vec<&str> = tools.iter().copied().filter(|p| !on_path(p)).collect();
+    assert!(
+        missing.is_empty(),
+        "the real-registry webhook test needs these tools on PATH, missing: {}",
+        missing.join(", ")
+    );
 }
 
 fn free_port() -> u16 {
@@ -193,17 +204,7 @@ async fn wait_until(what: &str, timeout: Duration, condition: impl Fn() -> bool)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_distribution_notifications_reach_the_sink() {
-    let missing: Vec<&str> = ["docker-registry", "skopeo", "htpasswd", "python3"]
-        .into_iter()
-        .filter(|p| !on_path(p))
-        .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "skipping real-registry webhook test: not on PATH: {}",
-            missing.join(", ")
-        );
-        return;
-    }
+    require_tools(&["docker-registry", "skopeo", "htpasswd", "python3"]);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let work = tempfile::tempdir().unwrap();
 
