@@ -3,7 +3,24 @@
 //! need I/O (images in the target registry, signatures) before `promotion::evaluate` judges
 //! them.
 
-use super::*;
+use super::Shared;
+#[cfg(test)]
+use super::fixtures::policy;
+use crate::error::PromotionError;
+use std::collections::{BTreeMap, HashMap};
+
+use imagewatch_crd::{ImageWatch, PromotionPolicy};
+use kube::{Client, ResourceExt};
+
+use crate::cluster::secrets;
+use crate::controllers::SecretReader;
+use crate::{
+    promotion::{
+        self, Candidate, CandidateError, CandidateInput, Inventory, SourceState,
+        gates::{ImageCheck, ImageFact, SignatureCheck, SignatureFact},
+    },
+    registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
+};
 
 /// What the decide step's gates read: the allow-list (with the client, and the metrics its
 /// answers and signature checks are counted in), the target registry's Secret, the registry
@@ -300,7 +317,9 @@ pub(super) async fn check_signatures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::promotion::fixtures::*;
+    use crate::controllers::promotion::event_for;
+    use kube::runtime::events::EventType;
+    use serde_json::json;
 
     fn source_watch(name: &str, status: serde_json::Value) -> ImageWatch {
         serde_json::from_value(json!({

@@ -3,7 +3,26 @@
 //! the git writer (the one commit path: its clone, its per-branch order, its signing and its
 //! retry), and the forge client of the pull request.
 
-use super::*;
+use super::Shared;
+use super::decide::Decision;
+use super::read::{Location, utf8_files};
+use crate::error::PromotionError;
+use std::sync::Arc;
+
+use imagewatch_crd::PromotionPolicy;
+use kube::ResourceExt;
+
+use crate::cluster::secrets;
+use crate::controllers::SecretReader;
+use crate::{
+    forge::ForgeClient,
+    git::{FileEdit, GitError, Oid, Repo},
+    promotion::{
+        self,
+        render::{self, TextContext},
+    },
+    writer::{CommitOutcome, CommitRequest},
+};
 
 /// What the deliver step uses: the git writer (the one commit path), and for the pull
 /// request the forge token's Secret, the forge HTTP client and the metrics forge calls are

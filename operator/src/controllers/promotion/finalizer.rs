@@ -2,7 +2,36 @@
 //! and the cleanup when a policy is deleted (its pull request closed on the forge, retried
 //! with backoff, then given up with a Warning Event).
 
-use super::*;
+use super::deliver::{DeliverContext, forge_client};
+#[cfg(test)]
+use super::fixtures::{outcome, policy, pr, t};
+use super::read::{ReadContext, list_source_watches, target_repository};
+use super::{CLOSE_RETRY_MAX, FINALIZER, Shared};
+use crate::error::PromotionError;
+use imagewatch_engine::status::truncate;
+use std::{collections::HashMap, time::Duration};
+
+use imagewatch_crd::{PromotionPolicy, PromotionPolicyStatus, promotion::PullRequestRef};
+use kube::{
+    Client, Resource, ResourceExt,
+    api::{ApiResource, ObjectMeta},
+    core::DeserializeGuard,
+    runtime::{
+        controller::Action,
+        events::{Event, EventType},
+        reflector::ObjectRef,
+    },
+};
+use tokio::sync::Mutex;
+
+use crate::{
+    forge::{ForgeError, PullRequest},
+    telemetry::PromotionLabels,
+};
+
+#[cfg(test)]
+use crate::promotion::GateReport;
+
 pub use crate::cluster::finalizers::{FinalizerChange, finalizer_patch_of, patch_finalizer_of};
 
 /// What cleaning up after a deleted policy uses: the client its finalizer is removed with,
@@ -322,7 +351,12 @@ pub(super) async fn finalize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::promotion::fixtures::*;
+    use crate::controllers::promotion::build_status;
+    use crate::forge::EnsureAction;
+    use crate::git::GitError;
+    use imagewatch_crd::promotion::PromotionMode;
+    use imagewatch_engine::status::promotion::{Delivery, Outcome};
+    use serde_json::json;
 
     #[test]
     fn only_a_recorded_pull_request_wants_the_finalizer() {

@@ -1,7 +1,17 @@
 //! Fixtures of the PromotionPolicy controller's tests: a policy, a candidate, an outcome, a
 //! pull request, times and conditions.
 
-use super::*;
+use imagewatch_engine::status::promotion::{Delivery, Outcome};
+
+use imagewatch_crd::{PromotionPolicy, PromotionPolicyStatus, promotion::PromotionMode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::json;
+
+use crate::{forge::PullRequest, promotion::Candidate};
+
+#[cfg(test)]
+use crate::promotion::GateReport;
+
 use crate::promotion::{CandidateImage, Origin};
 use imagewatch_crd::PromotionPolicySpec;
 

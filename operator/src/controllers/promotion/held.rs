@@ -10,7 +10,16 @@
 //! the writer's history reader (`writer/history.rs`), which tells the policy's own commits by
 //! their `Imagewatch-Policy` trailer and the writer's committer identity.
 
-use super::*;
+use super::read::{Location, ReadContext, blocking};
+use crate::error::PromotionError;
+
+use imagewatch_crd::PromotionPolicy;
+use kube::ResourceExt;
+
+use crate::{
+    git::{GitError, Oid, Repo},
+    promotion::{self, Candidate, Inventory},
+};
 
 use imagewatch_crd::HeldImage;
 use imagewatch_engine::held::{GitChange, Trailer};
@@ -161,6 +170,7 @@ mod tests {
 
     use super::*;
     use crate::git::Author;
+    use crate::git::{GitAuth, RepoCache};
     use crate::writer::HistoryReader;
 
     const PRD: &str = "prd/.argocd-source-my-api-prd.yaml";

@@ -48,59 +48,36 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
-use std::{
-    collections::{BTreeMap, HashMap},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use imagewatch_crd::{
-    ImageWatch, PromotionPolicy, PromotionPolicyStatus,
-    conditions::{GATES_PASSING, PULL_REQUEST_OPEN, READY},
-    promotion::{APPROVE_ANNOTATION, PromotionMode, PullRequestRef, SoakSince},
+    ImageWatch, PromotionPolicy,
+    conditions::PULL_REQUEST_OPEN,
+    promotion::{APPROVE_ANNOTATION, PromotionMode, SoakSince},
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
-    Api, Client, Resource, ResourceExt,
-    api::{
-        ApiResource, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
-    },
-    core::{DeserializeGuard, Selector},
-    runtime::{
-        Controller, WatchStreamExt as _,
-        controller::Action,
-        events::{Event, EventType},
-        reflector::ObjectRef,
-        watcher,
-    },
+    Api, Resource, ResourceExt,
+    core::DeserializeGuard,
+    runtime::{Controller, WatchStreamExt as _, controller::Action, reflector::ObjectRef, watcher},
 };
-use serde_json::json;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::secrets;
+use crate::controllers::Context;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
-use crate::controllers::{Context, SecretReader};
 use crate::{
-    forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest},
-    git::{FileEdit, GitAuth, GitError, Oid, Repo, RepoCache},
+    forge::{EnsureAction, NewPullRequest},
+    git::RepoCache,
     promotion::{
-        self, Candidate, CandidateError, CandidateInput, GateFacts, Inventory, SourceState,
-        gates::{
-            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SignatureCheck,
-            SignatureFact, SoakFacts, application_state,
-        },
+        self, GateFacts,
+        gates::{ApprovalFacts, Containment, SoakFacts},
         render::{self, TextContext},
     },
-    registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
     telemetry::PromotionLabels,
-    writer::{CommitOutcome, CommitRequest},
 };
-
-#[cfg(test)]
-use crate::promotion::GateReport;
 
 mod decide;
 mod deliver;
@@ -112,7 +89,19 @@ mod read;
 mod soak;
 mod status;
 
-use self::{decide::*, deliver::*, finalizer::*, read::*, soak::*, status::*};
+use self::decide::{
+    DecideContext, Decision, candidate_error, check_gate_registries_allowed, check_images,
+    check_signatures, first_tag_pending,
+};
+use self::deliver::{
+    DeliverContext, Planner, commit_to_target, forge_client, push_pull_request_branch,
+};
+use self::finalizer::{FinalizerContext, add_finalizer, finalize, remove_finalizer};
+use self::read::{
+    ReadContext, list_source_watches, read_application, read_git, resolve_location, source_label,
+};
+use self::soak::soak_from_history;
+use self::status::{patch_status_if_changed, publish_events};
 pub use finalizer::{
     CloseStep, FinalizerChange, close_not_needed, close_step, finalizer_change, finalizer_patch,
     finalizer_patch_of, has_finalizer, patch_finalizer_of, wants_finalizer,

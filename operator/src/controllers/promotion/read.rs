@@ -4,7 +4,26 @@
 //! and the pull request branch, read through the git writer's clones) and the Argo CD
 //! Application of the `application` gate.
 
-use super::*;
+use super::Shared;
+#[cfg(test)]
+use super::fixtures::policy;
+use crate::error::PromotionError;
+use std::sync::Arc;
+
+use imagewatch_crd::{ImageWatch, PromotionPolicy, promotion::PromotionMode};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
+    core::Selector,
+};
+
+use crate::cluster::secrets;
+use crate::controllers::SecretReader;
+use crate::controllers::parse_duration;
+use crate::{
+    git::{GitAuth, GitError, Oid, RepoCache},
+    promotion::gates::{ApplicationFacts, Containment, application_state},
+};
 
 /// What the read step reads: ImageWatches and Argo CD Applications (with the client, in Argo
 /// CD's namespace), the allow-list and the metrics its answers are counted in, the target's
@@ -545,7 +564,7 @@ pub(super) async fn read_application(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::promotion::fixtures::*;
+    use serde_json::json;
 
     #[test]
     fn validation_catches_what_the_schema_cannot() {

@@ -4,7 +4,14 @@
 //! `promotion::soak::pick` chooses the newest one first applied at least the soak ago. The
 //! soak gate then counts from that first application.
 
-use super::*;
+use super::read::GitRead;
+use crate::error::PromotionError;
+use std::time::Duration;
+
+use imagewatch_crd::promotion::SoakSince;
+
+use crate::controllers::parse_duration;
+use crate::promotion::{self, SourceState};
 
 use crate::promotion::soak::{self as soaking, SourceChange};
 

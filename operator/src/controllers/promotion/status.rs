@@ -1,7 +1,31 @@
 //! Status step of a PromotionPolicy reconcile: the status this reconcile leaves (pure), its
 //! server-side apply when it changed, and the Events of a promotion.
 
-use super::*;
+#[cfg(test)]
+use super::fixtures::{candidate, cond, outcome, policy, pr, t};
+use crate::error::Classify as _;
+use crate::error::PromotionError;
+use imagewatch_engine::status::promotion::{Delivery, Outcome};
+
+use imagewatch_crd::{
+    PromotionPolicy, PromotionPolicyStatus,
+    conditions::{GATES_PASSING, READY},
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::events::{Event, EventType},
+};
+use serde_json::json;
+
+use crate::{
+    forge::EnsureAction,
+    promotion::{self},
+};
+
+#[cfg(test)]
+use crate::promotion::GateReport;
 
 pub use imagewatch_engine::status::{short, truncate};
 
@@ -203,7 +227,14 @@ pub(super) async fn publish_events(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::promotion::fixtures::*;
+    use crate::forge::ForgeError;
+    use crate::promotion::{
+        GateFacts,
+        gates::{ImageCheck, ImageFact},
+    };
+    use imagewatch_crd::conditions::PULL_REQUEST_OPEN;
+    use imagewatch_crd::promotion::{PromotionMode, PullRequestRef};
+    use std::time::Duration;
 
     #[test]
     fn a_candidate_outside_its_windows_waits_and_says_when_they_open() {
