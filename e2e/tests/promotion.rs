@@ -26,7 +26,7 @@ use axum::{
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
     argocd::ArgoCd,
-    ground::random_suffix,
+    ground::{GitServer, Registry, random_suffix},
     setup::moto,
     setup::{Scenario, create_secret},
     wait_until,
@@ -284,8 +284,70 @@ fn seed_manifests(
 
 const PRD_FILE: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
 
+/// What the steps of seed 001's flow share: the two "accounts" (repository path prefixes) on
+/// the ground's registry, the manifests repository, the forge stub and the scenario.
+struct Seed001 {
+    registry: Registry,
+    git: GitServer,
+    sfx: String,
+    /// The staging account's prefix (`host/e2e/acct111-…`).
+    stg: String,
+    /// The production account's prefix (`host/e2e/acct222-…`).
+    prd: String,
+    repo: String,
+    /// The manifests repository's URL on the ground's git server.
+    url: String,
+    forge: GithubStub,
+    /// The forge stub's base URL.
+    api_url: String,
+    policies: Api<PromotionPolicy>,
+    /// Production's file on `release` before anything was promoted.
+    production_before: String,
+    /// The branch the policy pushes its pull request from.
+    branch: String,
+    s: Scenario,
+}
+
+impl Seed001 {
+    /// The registry path of `image` in the account `acct`.
+    fn path(&self, acct: &str, image: &str) -> String {
+        format!("e2e/{acct}-{}/{image}", self.sfx)
+    }
+
+    /// Pushes `tag` of the three production images, then of the staging app image.
+    fn push_release(&self, tag: &str) -> anyhow::Result<()> {
+        for image in ["my-api", "my-api-worker", "my-api-migrate"] {
+            self.registry.push(&self.path("acct222", image), tag)?;
+        }
+        self.registry.push(&self.path("acct111", "my-api"), tag)?;
+        Ok(())
+    }
+
+    /// Waits until the policy `my-api` satisfies `check`.
+    async fn wait(
+        &self,
+        what: &str,
+        check: impl Fn(&PromotionPolicy) -> bool,
+    ) -> anyhow::Result<PromotionPolicy> {
+        wait_policy(&self.s, &self.policies, "my-api", what, check).await
+    }
+}
+
 #[tokio::test]
 async fn seed_001_staging_to_production_by_one_pull_request() -> anyhow::Result<()> {
+    let c = step_seed_registries_manifests_and_forge().await?;
+    step_apply_the_staging_watch_and_the_policy(&c).await?;
+    step_nothing_is_proposed_while_production_is_current(&c).await?;
+    step_the_gate_holds_until_production_has_the_images(&c).await?;
+    let first_head = step_one_pull_request_rewritten_and_aligned(&c).await?;
+    step_a_newer_tag_updates_the_same_pull_request(&c, &first_head).await?;
+    step_merging_closes_the_pull_request(&c).await?;
+    step_a_branch_a_person_pushed_to_is_never_overwritten(&c).await?;
+    step_metrics_and_events_record_the_pull_request(&c).await
+}
+
+/// v1.0.0 in both accounts, the manifests repository, and the GitHub stub.
+async fn step_seed_registries_manifests_and_forge() -> anyhow::Result<Seed001> {
     let s = Scenario::start("promo", &[]).await?;
     let registry = s.ground.registry()?;
     let git = s.ground.git()?;
@@ -309,9 +371,36 @@ async fn seed_001_staging_to_production_by_one_pull_request() -> anyhow::Result<
         ],
     )?;
     let production_before = git.show(&repo, "release", PRD_FILE)?;
-
     let (forge, api_url) = github_forge(&s).await?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    let branch = format!("imagewatch/promote-{}-my-api", s.ns.name);
+    Ok(Seed001 {
+        registry,
+        git,
+        sfx,
+        stg,
+        prd,
+        repo,
+        url,
+        forge,
+        api_url,
+        policies,
+        production_before,
+        branch,
+        s,
+    })
+}
 
+/// The staging ImageWatch and the PromotionPolicy proposing its tags to production.
+async fn step_apply_the_staging_watch_and_the_policy(c: &Seed001) -> anyhow::Result<()> {
+    let Seed001 {
+        s,
+        stg,
+        prd,
+        url,
+        api_url,
+        ..
+    } = c;
     s.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
@@ -351,15 +440,17 @@ spec:
   interval: 10s
 "#,
         ns = s.ns.name
-    ))?;
-    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    ))
+}
 
-    // Production already runs what staging runs: nothing is proposed.
-    s.wait_ready("my-api-stg", "True", "UpToDate").await?;
-    let p = wait_policy(&s, &policies, "my-api", "policy up to date", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
-    })
-    .await?;
+/// Production already runs what staging runs: nothing is proposed.
+async fn step_nothing_is_proposed_while_production_is_current(c: &Seed001) -> anyhow::Result<()> {
+    c.s.wait_ready("my-api-stg", "True", "UpToDate").await?;
+    let p = c
+        .wait("policy up to date", |p| {
+            condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+        })
+        .await?;
     assert_eq!(
         p.status
             .as_ref()
@@ -367,16 +458,29 @@ spec:
             .as_deref(),
         Some("my-api:v1.0.0, my-api-migrate:v1.0.0, my-api-worker:v1.0.0")
     );
-    assert!(forge.all().is_empty());
+    assert!(c.forge.all().is_empty());
+    Ok(())
+}
 
-    // A new staging tag: the candidate is v1.1.0 for all three production images, but the
-    // production registry does not hold them yet — the gate says which, nothing is proposed.
-    registry.push(&path("acct111", "my-api"), "v1.1.0")?;
+/// A new staging tag: the candidate is v1.1.0 for all three production images, but the
+/// production registry does not hold them yet — the gate says which, nothing is proposed.
+async fn step_the_gate_holds_until_production_has_the_images(c: &Seed001) -> anyhow::Result<()> {
+    let Seed001 {
+        s,
+        registry,
+        git,
+        prd,
+        repo,
+        forge,
+        ..
+    } = c;
+    registry.push(&c.path("acct111", "my-api"), "v1.1.0")?;
     s.wait_applied("my-api-stg", "v1.1.0").await?;
-    let p = wait_policy(&s, &policies, "my-api", "ImageMissing", |p| {
-        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
-    })
-    .await?;
+    let p = c
+        .wait("ImageMissing", |p| {
+            condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
+        })
+        .await?;
     let st = p.status.clone().unwrap_or_default();
     let gate = &st.gates[0];
     assert_eq!(gate.name, "imageExists");
@@ -398,25 +502,41 @@ spec:
         "no pull request before the gate passes"
     );
     assert!(
-        git.git(&repo, &["branch", "--list", "imagewatch/*"])?
+        git.git(repo, &["branch", "--list", "imagewatch/*"])?
             .trim()
             .is_empty(),
         "no branch pushed before the gate passes"
     );
+    Ok(())
+}
 
-    // Production's registry gets the images: ONE pull request, rewritten and aligned.
+/// Production's registry gets the images: ONE pull request, rewritten and aligned. Returns
+/// the pull request branch's head commit.
+async fn step_one_pull_request_rewritten_and_aligned(c: &Seed001) -> anyhow::Result<String> {
+    let Seed001 {
+        s,
+        registry,
+        git,
+        stg,
+        prd,
+        repo,
+        forge,
+        production_before,
+        branch,
+        ..
+    } = c;
     for image in ["my-api", "my-api-worker", "my-api-migrate"] {
-        registry.push(&path("acct222", image), "v1.1.0")?;
+        registry.push(&c.path("acct222", image), "v1.1.0")?;
     }
-    let p = wait_policy(&s, &policies, "my-api", "pull request open", |p| {
-        condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
-    })
-    .await?;
+    let p = c
+        .wait("pull request open", |p| {
+            condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
+        })
+        .await?;
     let st = p.status.clone().unwrap_or_default();
-    let branch = format!("imagewatch/promote-{}-my-api", s.ns.name);
     let pr = st.pull_request.clone().expect("status.pullRequest");
     assert_eq!(pr.number, 1);
-    assert_eq!(pr.branch, branch);
+    assert_eq!(&pr.branch, branch);
     // The watch and the policy share the repository (and its Secret): one clone, the git
     // writer's, holds what both wrote.
     let clones: Vec<String> = std::fs::read_dir(s.operator.cache_dir.join("git"))?
@@ -453,22 +573,21 @@ spec:
         body.contains(&format!("from `{stg}/my-api:v1.1.0`")),
         "{body}"
     );
-    let proposed = git.show(&repo, &branch, PRD_FILE)?;
+    let proposed = git.show(repo, branch, PRD_FILE)?;
     assert_eq!(
         proposed,
         production_before.replace(":v1.0.0", ":v1.1.0"),
         "only the tags changed, in place"
     );
     assert_eq!(
-        git.show(&repo, "release", PRD_FILE)?,
+        &git.show(repo, "release", PRD_FILE)?,
         production_before,
         "release itself is untouched"
     );
-    let first_head = git.git(&repo, &["rev-parse", &branch])?.trim().to_string();
+    let first_head = git.git(repo, &["rev-parse", branch])?.trim().to_string();
     assert_eq!(
-        git.git(&repo, &["rev-parse", &format!("{branch}^")])?
-            .trim(),
-        git.git(&repo, &["rev-parse", "release"])?.trim(),
+        git.git(repo, &["rev-parse", &format!("{branch}^")])?.trim(),
+        git.git(repo, &["rev-parse", "release"])?.trim(),
         "one commit on top of release"
     );
     assert_eq!(st.last_promotions.len(), 1);
@@ -481,21 +600,34 @@ spec:
         st.last_promotions[0].pull_request.as_deref(),
         Some(pr.url.as_str())
     );
+    Ok(first_head)
+}
 
-    // A newer staging tag updates the SAME pull request with a new head commit.
-    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
-        registry.push(&path("acct222", image), "v1.2.0")?;
-    }
-    registry.push(&path("acct111", "my-api"), "v1.2.0")?;
+/// A newer staging tag updates the SAME pull request with a new head commit.
+async fn step_a_newer_tag_updates_the_same_pull_request(
+    c: &Seed001,
+    first_head: &str,
+) -> anyhow::Result<()> {
+    let Seed001 {
+        s,
+        git,
+        repo,
+        forge,
+        production_before,
+        branch,
+        ..
+    } = c;
+    c.push_release("v1.2.0")?;
     s.wait_applied("my-api-stg", "v1.2.0").await?;
-    let p = wait_policy(&s, &policies, "my-api", "pull request updated", |p| {
-        p.status.as_ref().is_some_and(|st| {
-            st.last_promotions
-                .first()
-                .is_some_and(|l| l.tags["my-api"] == "v1.2.0")
+    let p = c
+        .wait("pull request updated", |p| {
+            p.status.as_ref().is_some_and(|st| {
+                st.last_promotions
+                    .first()
+                    .is_some_and(|l| l.tags["my-api"] == "v1.2.0")
+            })
         })
-    })
-    .await?;
+        .await?;
     let st = p.status.clone().unwrap_or_default();
     assert_eq!(st.pull_request.as_ref().map(|p| p.number), Some(1));
     let prs = forge.all();
@@ -512,10 +644,10 @@ spec:
         forge.count(Method::POST, "/repos/octo-org/manifests/pulls"),
         1
     );
-    let second_head = git.git(&repo, &["rev-parse", &branch])?.trim().to_string();
+    let second_head = git.git(repo, &["rev-parse", branch])?.trim().to_string();
     assert_ne!(second_head, first_head);
     assert_eq!(
-        git.show(&repo, &branch, PRD_FILE)?,
+        git.show(repo, branch, PRD_FILE)?,
         production_before.replace(":v1.0.0", ":v1.2.0")
     );
     assert_eq!(st.last_promotions.len(), 2);
@@ -523,27 +655,42 @@ spec:
         st.last_promotions[1].tags["my-api"], "v1.1.0",
         "newest first"
     );
+    Ok(())
+}
 
-    // Merging it (release moves to the branch): production matches, the pull request is not
-    // needed any more and is closed.
-    git.git(&repo, &["branch", "-f", "release", &branch])?;
-    let p = wait_policy(&s, &policies, "my-api", "closed after merge", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
-    })
-    .await?;
+/// Merging it (release moves to the branch): production matches, the pull request is not
+/// needed any more and is closed.
+async fn step_merging_closes_the_pull_request(c: &Seed001) -> anyhow::Result<()> {
+    c.git
+        .git(&c.repo, &["branch", "-f", "release", &c.branch])?;
+    let p = c
+        .wait("closed after merge", |p| {
+            condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+        })
+        .await?;
     assert!(
         p.status
             .as_ref()
             .is_some_and(|st| st.pull_request.is_none())
     );
-    assert_eq!(forge.all()[0]["state"], "closed");
+    assert_eq!(c.forge.all()[0]["state"], "closed");
+    Ok(())
+}
 
-    // The branch is the operator's only while it holds nothing but its own commit: after a
-    // person pushes to it, it is never force-pushed again (Ready=False, GitError).
+/// The branch is the operator's only while it holds nothing but its own commit: after a
+/// person pushes to it, it is never force-pushed again (Ready=False, GitError).
+async fn step_a_branch_a_person_pushed_to_is_never_overwritten(c: &Seed001) -> anyhow::Result<()> {
+    let Seed001 {
+        s,
+        git,
+        repo,
+        branch,
+        ..
+    } = c;
     let tree = format!("{branch}^{{tree}}");
     let foreign = git
         .git(
-            &repo,
+            repo,
             &[
                 "-c",
                 "user.name=A Person",
@@ -552,7 +699,7 @@ spec:
                 "commit-tree",
                 &tree,
                 "-p",
-                &branch,
+                branch,
                 "-m",
                 "a person's fix-up",
             ],
@@ -560,30 +707,29 @@ spec:
         .trim()
         .to_string();
     git.git(
-        &repo,
+        repo,
         &["update-ref", &format!("refs/heads/{branch}"), &foreign],
     )?;
-    for image in ["my-api", "my-api-worker", "my-api-migrate"] {
-        registry.push(&path("acct222", image), "v1.3.0")?;
-    }
-    registry.push(&path("acct111", "my-api"), "v1.3.0")?;
+    c.push_release("v1.3.0")?;
     s.wait_applied("my-api-stg", "v1.3.0").await?;
-    let p = wait_policy(
-        &s,
-        &policies,
-        "my-api",
-        "refuses a branch it does not own",
-        |p| condition(p, conditions::READY).is_some_and(|c| c.1 == "GitError"),
-    )
-    .await?;
+    let p = c
+        .wait("refuses a branch it does not own", |p| {
+            condition(p, conditions::READY).is_some_and(|c| c.1 == "GitError")
+        })
+        .await?;
     let (_, _, message) = condition(&p, conditions::READY).unwrap_or_default();
     assert!(
         message.contains("refusing to overwrite push branch"),
         "{message}"
     );
     assert!(message.contains("person@example.com"), "{message}");
-    assert_eq!(git.git(&repo, &["rev-parse", &branch])?.trim(), foreign);
+    assert_eq!(git.git(repo, &["rev-parse", branch])?.trim(), foreign);
+    Ok(())
+}
 
+/// The forge requests and the promotion are counted, and each pull request change is an Event.
+async fn step_metrics_and_events_record_the_pull_request(c: &Seed001) -> anyhow::Result<()> {
+    let s = &c.s;
     let metrics = s.operator.metrics().await?;
     assert!(
         metrics.contains("imagewatch_forge_requests_total{provider=\"github\",outcome=\"ok\"}"),
