@@ -12,7 +12,8 @@ use std::process::Command;
 use imagewatch::registry::{Credentials, RegistryClient, RegistryOptions, TagPaging};
 use imagewatch_crd::{ImageWatch, imagewatch::MemberStatus};
 use imagewatch_e2e::{
-    ground::{random_suffix, repo_root},
+    NotifyingRegistry,
+    ground::{GitServer, random_suffix, repo_root},
     setup::{Scenario, TIMEOUT, ready, webhook_scenario},
     wait_until,
 };
@@ -45,27 +46,89 @@ fn deployment(name: &str, image: &str) -> String {
     )
 }
 
+const APPS: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// What the steps share: the registry, the manifests repository and the scenario.
+struct Patterns {
+    registry: NotifyingRegistry,
+    /// The registry's `host:port`.
+    host: String,
+    git: GitServer,
+    repo_name: String,
+    /// The manifests repository's URL.
+    url: String,
+    s: Scenario,
+}
+
+impl Patterns {
+    /// The ImageWatch `name` following `host/svc/*/api` into the Deployment `$1-api` at `path`.
+    fn watch(&self, name: &str, path: &str) -> String {
+        let Self { host, url, s, .. } = self;
+        format!(
+            r#"apiVersion: imagewatch.dev/v1alpha1
+kind: ImageWatch
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  image: "{host}/svc/*/api"
+  tags: {{pattern: "v*"}}
+  interval: 1h
+  credentials: {{secretRef: {{name: hookreg}}}}
+  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
+  target:
+    workload: {{path: "{path}", kind: Deployment, name: "$1-api", container: api}}
+"#,
+            ns = s.ns.name
+        )
+    }
+}
+
 #[tokio::test]
 async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry()
 -> anyhow::Result<()> {
     let (registry, host, s, _) = webhook_scenario("pattern", &[]).await?;
-    let (user, password) = (
-        registry.var("IMAGEWATCH_REGISTRY_USER"),
-        registry.var("IMAGEWATCH_REGISTRY_PASSWORD"),
-    );
+    step_push_three_services_and_an_unmatched_repository(&registry)?;
+    step_the_catalog_is_read_in_pages_of_two(&registry, &host).await?;
+    let (git, repo_name, url) = step_seed_git_with_v1_for_every_service(&s, &host)?;
+    let c = Patterns {
+        registry,
+        host,
+        git,
+        repo_name,
+        url,
+        s,
+    };
+    step_one_commit_moves_the_three_services(&c).await?;
+    step_a_new_repository_becomes_a_member_at_once(&c).await?;
+    step_a_members_push_still_moves_that_member(&c).await?;
+    step_a_reference_to_a_missing_capture_is_refused(&c).await?;
+    step_the_apiserver_refuses_a_star_in_the_host_or_inside_a_segment(&c)
+}
 
-    // Three services and one repository the pattern does not match.
-    let apps = ["alpha", "beta", "gamma"];
-    for app in apps {
+/// Three services and one repository the pattern does not match.
+fn step_push_three_services_and_an_unmatched_repository(
+    registry: &NotifyingRegistry,
+) -> anyhow::Result<()> {
+    for app in APPS {
         registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.0.0")])?;
         registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.1.0")])?;
     }
     registry.script("push-image.sh", &["svc/alpha/worker:v9.0.0"])?;
+    Ok(())
+}
 
+/// The catalog, read in pages of two (following the registry's `Link` headers).
+async fn step_the_catalog_is_read_in_pages_of_two(
+    registry: &NotifyingRegistry,
+    host: &str,
+) -> anyhow::Result<()> {
+    let (user, password) = (
+        registry.var("IMAGEWATCH_REGISTRY_USER"),
+        registry.var("IMAGEWATCH_REGISTRY_PASSWORD"),
+    );
     // The catalog, read in pages of two (following the registry's `Link` headers).
     let client = RegistryClient::with_paging(
         RegistryOptions {
-            insecure_hosts: vec![host.clone()],
+            insecure_hosts: vec![host.to_string()],
             ..RegistryOptions::default()
         },
         TagPaging {
@@ -89,10 +152,17 @@ async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry(
         pages >= 2,
         "four names in pages of two, read in {pages} page(s)"
     );
+    Ok(())
+}
 
-    // Git holds v1.0.0 for every service, each in its own overlay.
+/// Git holds v1.0.0 for every service, each in its own overlay; returns the server, the
+/// repository's name and its URL.
+fn step_seed_git_with_v1_for_every_service(
+    s: &Scenario,
+    host: &str,
+) -> anyhow::Result<(GitServer, String, String)> {
     let seed = tempfile::tempdir()?;
-    for app in apps {
+    for app in APPS {
         let dir = seed.path().join(format!("apps/{app}/overlays/stg"));
         std::fs::create_dir_all(&dir)?;
         std::fs::write(
@@ -107,24 +177,19 @@ async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry(
     let repo_name = format!("pattern-{}", s.ns.name);
     let url = git.new_repo(&repo_name, seed.path())?;
 
-    let watch = |name: &str, path: &str| {
-        format!(
-            r#"apiVersion: imagewatch.dev/v1alpha1
-kind: ImageWatch
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  image: "{host}/svc/*/api"
-  tags: {{pattern: "v*"}}
-  interval: 1h
-  credentials: {{secretRef: {{name: hookreg}}}}
-  git: {{url: "{url}", secretRef: {{name: git-creds}}}}
-  target:
-    workload: {{path: "{path}", kind: Deployment, name: "$1-api", container: api}}
-"#,
-            ns = s.ns.name
-        )
-    };
-    s.apply(&watch("services", "apps/$1/overlays/stg"))?;
+    Ok((git, repo_name, url))
+}
+
+/// One commit moves the three services; the status lists them, all ready.
+async fn step_one_commit_moves_the_three_services(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        host,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
+    s.apply(&c.watch("services", "apps/$1/overlays/stg"))?;
 
     // One commit moves the three services; the status lists them, all ready.
     let w = s.wait_ready("services", "True", "Updated").await?;
@@ -166,7 +231,7 @@ spec:
             "apps/gamma/overlays/stg/deployment.yaml",
         ]
     );
-    for app in apps {
+    for app in APPS {
         assert_eq!(
             git.show(
                 &repo_name,
@@ -191,9 +256,19 @@ spec:
         explain.contains("captures") && explain.contains("What each `*` of `spec.image` matched"),
         "{explain}"
     );
+    Ok(())
+}
 
-    // A new repository: its push event (the watch polls only hourly) makes it a member at
-    // once. Git has no overlay for it, which is reported on that member; the others stay.
+/// A new repository: its push event (the watch polls only hourly) makes it a member at
+/// once. Git has no overlay for it, which is reported on that member; the others stay.
+async fn step_a_new_repository_becomes_a_member_at_once(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        registry,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
     registry.script("push-image.sh", &["svc/delta/api:v1.0.0"])?;
     let w = wait_watch(&s, "services", "svc/delta/api reported", |w| {
         w.status.as_ref().and_then(|st| st.member_count) == Some(4)
@@ -223,8 +298,18 @@ spec:
     );
     assert_eq!(members(&w).iter().filter(|m| m.ready).count(), 3);
     assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+    Ok(())
+}
 
-    // A member's push still moves that member.
+/// A member's push still moves that member.
+async fn step_a_members_push_still_moves_that_member(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        registry,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
     registry.script("push-image.sh", &["svc/beta/api:v1.2.0"])?;
     let w = wait_watch(&s, "services", "svc/beta/api applied v1.2.0", |w| {
         members(w)
@@ -242,9 +327,13 @@ spec:
         Some("MembersNotReady"),
         "delta still has no target"
     );
+    Ok(())
+}
 
-    // `$n` must name a capture the image has: refused before anything is read.
-    s.apply(&watch("bad-reference", "apps/$2/overlays/stg"))?;
+/// `$n` must name a capture the image has: refused before anything is read.
+async fn step_a_reference_to_a_missing_capture_is_refused(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns { host, s, .. } = c;
+    s.apply(&c.watch("bad-reference", "apps/$2/overlays/stg"))?;
     let bad = s
         .wait_ready("bad-reference", "False", "InvalidSpec")
         .await?;
@@ -255,13 +344,20 @@ spec:
             "spec.target.workload.path \"apps/$2/overlays/stg\" refers to $2, but spec.image \"{host}/svc/*/api\" has 1 '*' segment ($1)"
         )
     );
+    Ok(())
+}
 
-    // The apiserver refuses a '*' in the host or inside a segment.
+/// The apiserver refuses a '*' in the host or inside a segment.
+fn step_the_apiserver_refuses_a_star_in_the_host_or_inside_a_segment(
+    c: &Patterns,
+) -> anyhow::Result<()> {
+    let Patterns { host, s, .. } = c;
     for image in [
         format!("{host}/svc-*/api"),
         "*.example.com/svc/api".to_string(),
     ] {
-        let yaml = watch("refused", "apps/x")
+        let yaml = c
+            .watch("refused", "apps/x")
             .replace(&format!("\"{host}/svc/*/api\""), &format!("\"{image}\""));
         let (ok, out) = s.ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         assert!(!ok, "{image} accepted");
