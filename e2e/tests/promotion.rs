@@ -10,6 +10,7 @@
 //! the loop (the next reconcile finds production current).
 
 use std::{
+    path::PathBuf,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -25,7 +26,7 @@ use axum::{
 };
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
-    argocd::ArgoCd,
+    argocd::{AppGuard, ArgoCd},
     ground::{GitServer, Registry, random_suffix},
     setup::moto,
     setup::{Scenario, create_secret},
@@ -158,6 +159,14 @@ impl GithubStub {
             return (200, Value::Array(labels));
         }
         (404, json!({"message": "Not Found"}))
+    }
+
+    /// The `state` of pull request `n`, if there is one.
+    fn state(&self, n: i64) -> Option<Value> {
+        self.all()
+            .iter()
+            .find(|p| p["number"] == n)
+            .map(|p| p["state"].clone())
     }
 
     fn all(&self) -> Vec<Value> {
@@ -765,6 +774,38 @@ async fn deleting_a_policy_closes_its_pull_request() -> anyhow::Result<()> {
     let s = Scenario::start("promodel", &["--pull-request-close-timeout", "5s"]).await?;
     let registry = s.ground.registry()?;
     let sfx = random_suffix();
+    let forge =
+        step_apply_a_watch_and_two_policies_proposing_by_pull_request(&s, &registry, &sfx).await?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    step_up_to_date_means_no_pull_request_and_no_finalizer(&s, &policies).await?;
+    let (first, second) = step_each_policy_opens_a_pull_request_and_carries_the_finalizer(
+        &s, &registry, &sfx, &policies, &forge,
+    )
+    .await?;
+    step_a_deletion_closes_the_pull_request_once(&s, &policies, &forge, first, second).await?;
+    step_with_the_forge_failing_the_deletion_completes_and_leaves_it_open(
+        &s, &policies, &forge, first, second,
+    )
+    .await?;
+    step_metrics_and_events_tell_the_close_and_the_give_up(&s, first, second).await
+}
+
+/// Whether the policy carries the finalizer that closes its pull request on deletion.
+fn has_finalizer(p: &PromotionPolicy) -> bool {
+    p.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == "imagewatch.dev/close-pull-request")
+}
+
+/// A staging ImageWatch and two policies proposing its tags by pull request to the GitHub
+/// stub; returns the stub.
+async fn step_apply_a_watch_and_two_policies_proposing_by_pull_request(
+    s: &Scenario,
+    registry: &Registry,
+    sfx: &str,
+) -> anyhow::Result<GithubStub> {
     let image = format!("{}/e2e/app-{sfx}/my-api", registry.host);
     registry.push(&format!("e2e/app-{sfx}/my-api"), "v1.0.0")?;
     let repo = format!("promodel-{}", s.ns.name);
@@ -819,24 +860,31 @@ spec:
         a = policy("my-api"),
         b = policy("my-api-b"),
     ))?;
-    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
-    let finalizer = "imagewatch.dev/close-pull-request";
-    let has_finalizer = |p: &PromotionPolicy| {
-        p.metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == finalizer)
-    };
+    Ok(forge)
+}
 
-    // Up to date: no pull request, so no finalizer.
+/// Up to date: no pull request, so no finalizer.
+async fn step_up_to_date_means_no_pull_request_and_no_finalizer(
+    s: &Scenario,
+    policies: &Api<PromotionPolicy>,
+) -> anyhow::Result<()> {
     let p = wait_policy(&s, &policies, "my-api", "policy up to date", |p| {
         condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
     })
     .await?;
     assert!(!has_finalizer(&p), "{:?}", p.metadata.finalizers);
+    Ok(())
+}
 
-    // A new staging tag: each policy opens its pull request and carries the finalizer.
+/// A new staging tag: each policy opens its pull request and carries the finalizer.
+/// Returns the two pull requests' numbers.
+async fn step_each_policy_opens_a_pull_request_and_carries_the_finalizer(
+    s: &Scenario,
+    registry: &Registry,
+    sfx: &str,
+    policies: &Api<PromotionPolicy>,
+    forge: &GithubStub,
+) -> anyhow::Result<(i64, i64)> {
     registry.push(&format!("e2e/app-{sfx}/my-api"), "v1.1.0")?;
     s.wait_applied("my-api-stg", "v1.1.0").await?;
     let mut numbers = Vec::new();
@@ -854,8 +902,18 @@ spec:
     }
     assert_eq!(forge.all().len(), 2);
     let (first, second) = (numbers[0], numbers[1]);
+    Ok((first, second))
+}
 
-    // Deleted: the pull request is closed once, then the object goes.
+/// Deleted: the pull request is closed once, then the object goes.
+async fn step_a_deletion_closes_the_pull_request_once(
+    s: &Scenario,
+    policies: &Api<PromotionPolicy>,
+    forge: &GithubStub,
+    first: i64,
+    second: i64,
+) -> anyhow::Result<()> {
+    let state = |n: i64| forge.state(n);
     policies.delete("my-api", &DeleteParams::default()).await?;
     wait_deleted(&s, &policies, "my-api").await?;
     assert_eq!(
@@ -863,18 +921,21 @@ spec:
         vec![first],
         "closed exactly once"
     );
-    let state = |n: i64| {
-        forge
-            .all()
-            .iter()
-            .find(|p| p["number"] == n)
-            .map(|p| p["state"].clone())
-    };
     assert_eq!(state(first), Some(json!("closed")));
     assert_eq!(state(second), Some(json!("open")));
+    Ok(())
+}
 
-    // The forge fails: the deletion still completes after the close timeout, and the pull
-    // request is left open.
+/// The forge fails: the deletion still completes after the close timeout, and the pull
+/// request is left open.
+async fn step_with_the_forge_failing_the_deletion_completes_and_leaves_it_open(
+    s: &Scenario,
+    policies: &Api<PromotionPolicy>,
+    forge: &GithubStub,
+    first: i64,
+    second: i64,
+) -> anyhow::Result<()> {
+    let state = |n: i64| forge.state(n);
     forge.down.store(true, Ordering::SeqCst);
     policies
         .delete("my-api-b", &DeleteParams::default())
@@ -894,7 +955,15 @@ spec:
     );
     assert_eq!(*forge.closes.lock().unwrap(), vec![first]);
     assert_eq!(state(second), Some(json!("open")));
+    Ok(())
+}
 
+/// The metrics count one close and one give-up (and the failed attempts); Events tell both.
+async fn step_metrics_and_events_tell_the_close_and_the_give_up(
+    s: &Scenario,
+    first: i64,
+    second: i64,
+) -> anyhow::Result<()> {
     let metrics = s.operator.metrics().await?;
     // One close, one give-up; the failed attempts before it (backoff from 2s) are counted.
     for line in [
@@ -931,9 +1000,42 @@ spec:
     Ok(())
 }
 
+/// What the steps of the Commit-mode promotion share: the manifests repository, the staging
+/// Application its gate reads, and the scenario (run with a signing key).
+struct CommitMode {
+    /// The OpenPGP key the operator signs with.
+    signing_key: PathBuf,
+    argocd: ArgoCd,
+    git: GitServer,
+    /// The staging and production image prefixes.
+    stg: String,
+    prd: String,
+    repo: String,
+    url: String,
+    /// main's head commit, which staging's Application deploys.
+    main_head: String,
+    /// The staging Application.
+    app_name: String,
+    policies: Api<PromotionPolicy>,
+    s: Scenario,
+}
+
 #[tokio::test]
 async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() -> anyhow::Result<()>
 {
+    let (c, app) = step_seed_manifests_and_a_staging_application_that_is_not_healthy().await?;
+    step_the_application_gate_holds_while_staging_is_not_healthy(&c).await?;
+    let id = step_staging_healthy_leaves_only_approval_missing(&c).await?;
+    step_an_approval_lands_one_signed_commit_on_release(&c, &id).await?;
+    step_a_pinned_rollback_needs_and_gets_its_own_approval(&c, &id).await?;
+    app.delete(&c.s.admin).await?;
+    Ok(())
+}
+
+/// Signed commits; manifests with staging ahead of production; a staging Application
+/// whose overlay Argo CD cannot render.
+async fn step_seed_manifests_and_a_staging_application_that_is_not_healthy()
+-> anyhow::Result<(CommitMode, AppGuard)> {
     // Promotion commits are signed like every other commit.
     let signing_key = imagewatch_e2e::setup::signing_key("openpgp-ed25519.asc");
     let s = Scenario::start(
@@ -968,7 +1070,40 @@ async fn commit_mode_behind_application_and_approval_then_a_pinned_rollback() ->
         &argocd.application(&app_name, &url, "overlays/staging", &s.ns.name),
         &[&app_name],
     )?;
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    Ok((
+        CommitMode {
+            signing_key,
+            argocd,
+            git,
+            stg,
+            prd,
+            repo,
+            url,
+            main_head,
+            app_name,
+            policies,
+            s,
+        },
+        app,
+    ))
+}
 
+/// A policy promoting the staging overlay itself (from.path) in mode Commit on release,
+/// behind the Application and approval gates: the Application gate holds, naming it.
+async fn step_the_application_gate_holds_while_staging_is_not_healthy(
+    c: &CommitMode,
+) -> anyhow::Result<()> {
+    let CommitMode {
+        argocd,
+        stg,
+        prd,
+        url,
+        app_name,
+        policies,
+        s,
+        ..
+    } = c;
     // Source: the staging overlay itself (from.path); mode Commit on release.
     s.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
@@ -990,19 +1125,34 @@ spec:
         ns = s.ns.name,
         argo = argocd.namespace
     ))?;
-    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
     let p = wait_policy(&s, &policies, "my-api", "ApplicationNotHealthy", |p| {
         condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ApplicationNotHealthy")
     })
     .await?;
     assert!(
-        condition(&p, conditions::GATES_PASSING).is_some_and(|c| c.2.contains(&app_name)),
+        condition(&p, conditions::GATES_PASSING).is_some_and(|c| c.2.contains(app_name.as_str())),
         "{:?}",
         condition(&p, conditions::GATES_PASSING)
     );
+    Ok(())
+}
 
-    // Staging now deploys what Argo CD can render (a ConfigMap): Argo CD reports it Synced
-    // and Healthy at main's head, and only approval is missing.
+/// Staging now deploys what Argo CD can render (a ConfigMap): Argo CD reports it Synced
+/// and Healthy at main's head, and only approval is missing. Returns the candidate's id.
+async fn step_staging_healthy_leaves_only_approval_missing(
+    c: &CommitMode,
+) -> anyhow::Result<String> {
+    let CommitMode {
+        argocd,
+        git,
+        repo,
+        url,
+        main_head,
+        app_name,
+        policies,
+        s,
+        ..
+    } = c;
     s.apply(&argocd.application(&app_name, &url, "argo/healthy", &s.ns.name))?;
     argocd
         .wait_synced_healthy(&s.admin, &app_name, Some(&main_head))
@@ -1019,8 +1169,23 @@ spec:
         1,
         "nothing written yet"
     );
+    Ok(id)
+}
 
-    // A person approves exactly this candidate; the commit lands on release.
+/// A person approves exactly this candidate; one signed commit lands on release.
+async fn step_an_approval_lands_one_signed_commit_on_release(
+    c: &CommitMode,
+    id: &str,
+) -> anyhow::Result<()> {
+    let CommitMode {
+        signing_key,
+        git,
+        prd,
+        repo,
+        policies,
+        s,
+        ..
+    } = c;
     s.ground.kubectl(&[
         "annotate",
         "promotionpolicy",
@@ -1071,8 +1236,22 @@ spec:
         verdict.contains("[GNUPG:] VALIDSIG 0C038580A4A2A3E0A9012C8578A564EBDC3E3DA9 "),
         "{verdict}"
     );
+    Ok(())
+}
 
-    // Rollback: pin the previous tags. A new candidate needs a new approval.
+/// Rollback: pin the previous tags. A new candidate needs a new approval, and the file is
+/// restored byte for byte.
+async fn step_a_pinned_rollback_needs_and_gets_its_own_approval(
+    c: &CommitMode,
+    id: &str,
+) -> anyhow::Result<()> {
+    let CommitMode {
+        git,
+        repo,
+        policies,
+        s,
+        ..
+    } = c;
     s.ground.kubectl(&[
         "patch",
         "promotionpolicy",
@@ -1085,7 +1264,7 @@ spec:
     ])?;
     let p = wait_policy(&s, &policies, "my-api", "rollback awaits approval", |p| {
         condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
-            && p.status.as_ref().and_then(|st| st.candidate_id.as_deref()) != Some(id.as_str())
+            && p.status.as_ref().and_then(|st| st.candidate_id.as_deref()) != Some(id)
     })
     .await?;
     let rollback_id = p
@@ -1116,7 +1295,6 @@ spec:
         "the rollback restores the file byte for byte"
     );
     assert_eq!(git.commit_count(&repo, "release")?, 3);
-    app.delete(&s.admin).await?;
     Ok(())
 }
 
