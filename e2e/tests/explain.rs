@@ -241,13 +241,13 @@ fn step_imagewatch_test_lists_the_registry_with_the_same_rules(
         .args([
             "test",
             "--image",
-            &image,
+            image,
             "--pattern",
             "canary-*",
             "--exclude",
             "*-rc*",
             "--insecure-registry",
-            &host,
+            host,
         ])
         .env("DOCKER_CONFIG", config.path())
         .output()?;

@@ -253,7 +253,7 @@ fn step_start_three_replicas(c: &Ha) -> anyhow::Result<Vec<Replica>> {
         let operator = Operator::start_with_env(
             ground,
             &format!("{}-{name}", ns.name),
-            &kubeconfig,
+            kubeconfig,
             &flags,
             &[
                 ("IMAGEWATCH_METRICS_ADDR", &metrics_addr),

@@ -366,7 +366,7 @@ async fn step_a_newer_tag_is_committed_and_a_pull_request_opened(
         .unwrap_or_default();
     registry.retag(&image_repo, "v1.0.0", "v1.1.0")?;
     // The ground's shared registry notifies no one: ask for a look.
-    recheck(&s, "v1.1.0").await?;
+    recheck(s, "v1.1.0").await?;
     let w: ImageWatch = wait_until("a pull request", TIMEOUT, || async {
         let w = s.watches.get("api").await?;
         let open = w
@@ -396,7 +396,7 @@ async fn step_a_newer_tag_is_committed_and_a_pull_request_opened(
         format!("committed/{commit}/v1.1.0"),
         format!("pull-request/{}/opened/v1.1.0", pr.number),
     ];
-    wait_delivered(&receiver, &["slack", "teams", "hook", "flaky"], &ids).await?;
+    wait_delivered(receiver, &["slack", "teams", "hook", "flaky"], &ids).await?;
     Ok((commit, pr.number, ids))
 }
 
@@ -428,7 +428,7 @@ fn step_every_payload_has_its_documented_shape(
         .as_str()
         .unwrap_or_default();
     assert!(
-        text.contains("v1.0.0 → v1.1.0") && text.contains(&commit),
+        text.contains("v1.0.0 → v1.1.0") && text.contains(commit),
         "{text}"
     );
     eprintln!(
@@ -467,7 +467,7 @@ async fn step_a_restart_finds_nothing_to_tell_again(
         .map(|p| receiver.all(p).len())
         .collect();
     s.operator.restart()?;
-    recheck(&s, "after-restart").await?;
+    recheck(s, "after-restart").await?;
     let after: Vec<usize> = ["slack", "teams", "hook", "flaky"]
         .iter()
         .map(|p| receiver.all(p).len())

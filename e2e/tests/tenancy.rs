@@ -455,7 +455,7 @@ async fn step_a_gate_naming_team_bs_application_shows_nothing(
     }
     let a_repo = format!("tenant-a-{}", random_suffix());
     let a_url = git.new_repo(&a_repo, a_dir.path())?;
-    create_git_secret(&admin, &a, &git).await?;
+    create_git_secret(admin, &a, git).await?;
     t.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
 kind: PromotionPolicy
@@ -539,7 +539,7 @@ async fn step_team_b_is_still_served_and_its_repository_unchanged(
     let b = t.b.name.clone();
     let repo = &tb.repo;
     t.wait_reason(&b, "b-api", "UpToDate").await?;
-    assert_eq!(git.commit_count(&repo, "main")?, 1);
+    assert_eq!(git.commit_count(repo, "main")?, 1);
     Ok(())
 }
 
