@@ -5,30 +5,13 @@
 use std::time::Duration;
 
 use imagewatch_e2e::{
-    Ground,
     ground::{GitServer, Registry, random_suffix, repo_root},
-    setup::{Scenario, copy_dir, ready},
+    setup::{Scenario, ready, seed_canary_primary},
     wait_until,
 };
 use kube::api::DeleteParams;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Seeds a repository from the sample, with the sample's registry host replaced by ours.
-fn seed_repo(ground: &Ground, name: &str, image: &str) -> anyhow::Result<String> {
-    let dir = tempfile::tempdir()?;
-    copy_dir(
-        &repo_root().join("samples/canary-primary/manifests"),
-        dir.path(),
-    )?;
-    for file in ["deployment-canary.yaml", "deployment-primary.yaml"] {
-        let path = dir.path().join("apps/my-api/overlays/stg").join(file);
-        let text = std::fs::read_to_string(&path)?
-            .replace("registry.example.com/my-api:", &format!("{image}:"));
-        std::fs::write(&path, text)?;
-    }
-    ground.git()?.new_repo(name, dir.path())
-}
 
 /// The sample's watches, pointed at our registry, repository and Secrets.
 fn sample_watches(
@@ -90,7 +73,7 @@ async fn step_seed_the_sample_repository_and_apply_its_watches() -> anyhow::Resu
     registry.push(&image_repo, "canary-v1.2.3")?;
     registry.push(&image_repo, "primary-v1.2.3")?;
     let repo_name = format!("manifests-{}", ns_name);
-    let git_url = seed_repo(
+    let git_url = seed_canary_primary(
         ground,
         &repo_name,
         &format!("{}/{image_repo}", registry.host),
@@ -118,13 +101,9 @@ async fn step_git_already_holds_the_newest_tags(c: &CoreLoop) -> anyhow::Result<
     let dir = DIR;
     s.wait_ready("my-api-canary", "True", "UpToDate").await?;
     s.wait_ready("my-api-primary", "True", "UpToDate").await?;
-    assert_eq!(git.commit_count(&repo_name, "main")?, 1);
-    let primary_before = git.show(
-        &repo_name,
-        "main",
-        &format!("{dir}/deployment-primary.yaml"),
-    )?;
-    let canary_before = git.show(&repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?;
+    assert_eq!(git.commit_count(repo_name, "main")?, 1);
+    let primary_before = git.show(repo_name, "main", &format!("{dir}/deployment-primary.yaml"))?;
+    let canary_before = git.show(repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?;
     Ok((primary_before, canary_before))
 }
 
@@ -144,25 +123,21 @@ async fn step_a_canary_tag_changes_only_the_canary_deployment(
         ..
     } = c;
     let dir = DIR;
-    registry.push(&image_repo, "canary-v1.2.4")?;
+    registry.push(image_repo, "canary-v1.2.4")?;
     let canary = s.wait_applied("my-api-canary", "canary-v1.2.4").await?;
     assert_eq!(ready(&canary).map(|r| r.1), Some("Updated".to_string()));
-    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
-    let canary_after = git.show(&repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?;
+    assert_eq!(git.commit_count(repo_name, "main")?, 2);
+    let canary_after = git.show(repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?;
     assert_eq!(
         canary_after,
         canary_before.replace(":canary-v1.2.3", ":canary-v1.2.4"),
         "only the tag changed, comment and layout kept"
     );
     assert_eq!(
-        git.show(
-            &repo_name,
-            "main",
-            &format!("{dir}/deployment-primary.yaml")
-        )?,
+        git.show(repo_name, "main", &format!("{dir}/deployment-primary.yaml"))?,
         primary_before
     );
-    let message = git.git(&repo_name, &["log", "-1", "--format=%an%n%B", "main"])?;
+    let message = git.git(repo_name, &["log", "-1", "--format=%an%n%B", "main"])?;
     assert!(message.starts_with("imagewatch\n"), "author: {message}");
     assert!(
         message.contains(&format!("{}/my-api-canary", ns_name)),
@@ -180,7 +155,7 @@ async fn step_a_canary_tag_changes_only_the_canary_deployment(
         .and_then(|a| a.commit.clone());
     assert_eq!(
         commit.as_deref(),
-        Some(git.git(&repo_name, &["rev-parse", "main"])?.trim())
+        Some(git.git(repo_name, &["rev-parse", "main"])?.trim())
     );
     Ok(canary_after)
 }
@@ -200,19 +175,15 @@ async fn step_a_primary_tag_changes_only_primary(
         ..
     } = c;
     let dir = DIR;
-    registry.push(&image_repo, "primary-v1.2.4")?;
+    registry.push(image_repo, "primary-v1.2.4")?;
     s.wait_applied("my-api-primary", "primary-v1.2.4").await?;
-    assert_eq!(git.commit_count(&repo_name, "main")?, 3);
+    assert_eq!(git.commit_count(repo_name, "main")?, 3);
     assert_eq!(
-        git.show(
-            &repo_name,
-            "main",
-            &format!("{dir}/deployment-primary.yaml")
-        )?,
+        git.show(repo_name, "main", &format!("{dir}/deployment-primary.yaml"))?,
         primary_before.replace(":primary-v1.2.3\"", ":primary-v1.2.4\"")
     );
     assert_eq!(
-        git.show(&repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?,
+        git.show(repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?,
         canary_after
     );
     Ok(())
@@ -234,7 +205,7 @@ async fn step_bad_watches_are_refused_without_a_commit(c: &CoreLoop) -> anyhow::
     let ground = s.ground;
     let api = s.watches.clone();
     // A regex that does not compile → InvalidSpec, no commit.
-    let bad_regex = sample_watches(&ns_name, &registry.host, &image_repo, &git_url)?
+    let bad_regex = sample_watches(ns_name, &registry.host, image_repo, git_url)?
         .split("---")
         .next()
         .unwrap_or_default()
@@ -265,7 +236,7 @@ async fn step_bad_watches_are_refused_without_a_commit(c: &CoreLoop) -> anyhow::
         ready(&missing)
     );
     assert_eq!(
-        git.commit_count(&repo_name, "main")?,
+        git.commit_count(repo_name, "main")?,
         3,
         "bad watches made no commit"
     );
@@ -293,7 +264,7 @@ async fn step_an_operator_restart_makes_no_commit(c: &mut CoreLoop) -> anyhow::R
     })
     .await?;
     assert_eq!(
-        git.commit_count(&repo_name, "main")?,
+        git.commit_count(repo_name, "main")?,
         3,
         "restart made a commit"
     );
@@ -322,8 +293,8 @@ async fn step_a_deleted_watch_stops_its_activity(
         Ok(api.get_opt("my-api-canary").await?.is_none().then_some(()))
     })
     .await?;
-    registry.push(&image_repo, "canary-v1.2.5")?;
-    registry.push(&image_repo, "primary-v1.2.5")?;
+    registry.push(image_repo, "canary-v1.2.5")?;
+    registry.push(image_repo, "primary-v1.2.5")?;
     s.wait_applied("my-api-primary", "primary-v1.2.5").await?;
     // Let primary be reconciled once more after its commit, so a live canary watch (same
     // interval, pushed earlier) would have had its turn too.
@@ -333,10 +304,10 @@ async fn step_a_deleted_watch_stops_its_activity(
     })
     .await?;
     assert_eq!(
-        git.show(&repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?,
+        git.show(repo_name, "main", &format!("{dir}/deployment-canary.yaml"))?,
         canary_after
     );
-    assert_eq!(git.commit_count(&repo_name, "main")?, 4);
+    assert_eq!(git.commit_count(repo_name, "main")?, 4);
     assert!(
         s.operator.is_running(),
         "operator exited:\n{}",

@@ -7,14 +7,12 @@
 //! - ECR in moto: members found through `DescribeRepositories`, `hoge/*/*/*` written to
 //!   `services/$1/$2/$3/overlays/stg`, as in the field report.
 
-use std::process::Command;
-
 use imagewatch::registry::{Credentials, RegistryClient, RegistryOptions, TagPaging};
 use imagewatch_crd::{ImageWatch, imagewatch::MemberStatus};
 use imagewatch_e2e::{
     NotifyingRegistry,
-    ground::{GitServer, random_suffix, repo_root},
-    setup::{Scenario, TIMEOUT, ready, webhook_scenario},
+    ground::{GitServer, random_suffix},
+    setup::{Scenario, TIMEOUT, moto, moto_credentials, ready, webhook_scenario},
     wait_until,
 };
 
@@ -137,7 +135,7 @@ async fn step_the_catalog_is_read_in_pages_of_two(
         },
     )?;
     let (names, pages) = client
-        .list_repositories_paged(&host, &Credentials::basic(&user, &password))
+        .list_repositories_paged(host, &Credentials::basic(&user, &password))
         .await?;
     assert_eq!(
         names,
@@ -210,17 +208,17 @@ async fn step_one_commit_moves_the_three_services(c: &Patterns) -> anyhow::Resul
     );
     assert_eq!(listed[1].captures, vec!["beta"]);
     assert_eq!(
-        git.commit_count(&repo_name, "main")?,
+        git.commit_count(repo_name, "main")?,
         2,
         "one commit for all"
     );
-    let head = git.git(&repo_name, &["rev-parse", "main"])?;
+    let head = git.git(repo_name, &["rev-parse", "main"])?;
     assert!(
         listed
             .iter()
             .all(|m| m.commit.as_deref() == Some(head.trim()))
     );
-    let touched = git.git(&repo_name, &["show", "--name-only", "--format=", "main"])?;
+    let touched = git.git(repo_name, &["show", "--name-only", "--format=", "main"])?;
     let mut touched: Vec<&str> = touched.lines().filter(|l| !l.is_empty()).collect();
     touched.sort();
     assert_eq!(
@@ -234,7 +232,7 @@ async fn step_one_commit_moves_the_three_services(c: &Patterns) -> anyhow::Resul
     for app in APPS {
         assert_eq!(
             git.show(
-                &repo_name,
+                repo_name,
                 "main",
                 &format!("apps/{app}/overlays/stg/deployment.yaml")
             )?,
@@ -270,7 +268,7 @@ async fn step_a_new_repository_becomes_a_member_at_once(c: &Patterns) -> anyhow:
         ..
     } = c;
     registry.script("push-image.sh", &["svc/delta/api:v1.0.0"])?;
-    let w = wait_watch(&s, "services", "svc/delta/api reported", |w| {
+    let w = wait_watch(s, "services", "svc/delta/api reported", |w| {
         w.status.as_ref().and_then(|st| st.member_count) == Some(4)
     })
     .await?;
@@ -297,7 +295,7 @@ async fn step_a_new_repository_becomes_a_member_at_once(c: &Patterns) -> anyhow:
         "{delta:?}"
     );
     assert_eq!(members(&w).iter().filter(|m| m.ready).count(), 3);
-    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+    assert_eq!(git.commit_count(repo_name, "main")?, 2);
     Ok(())
 }
 
@@ -311,15 +309,15 @@ async fn step_a_members_push_still_moves_that_member(c: &Patterns) -> anyhow::Re
         ..
     } = c;
     registry.script("push-image.sh", &["svc/beta/api:v1.2.0"])?;
-    let w = wait_watch(&s, "services", "svc/beta/api applied v1.2.0", |w| {
+    let w = wait_watch(s, "services", "svc/beta/api applied v1.2.0", |w| {
         members(w)
             .iter()
             .any(|m| m.repository == "svc/beta/api" && m.applied.as_deref() == Some("v1.2.0"))
     })
     .await?;
-    assert_eq!(git.commit_count(&repo_name, "main")?, 3);
+    assert_eq!(git.commit_count(repo_name, "main")?, 3);
     assert!(
-        git.show(&repo_name, "main", "apps/beta/overlays/stg/deployment.yaml")?
+        git.show(repo_name, "main", "apps/beta/overlays/stg/deployment.yaml")?
             .contains("svc/beta/api:v1.2.0")
     );
     assert_eq!(
@@ -369,20 +367,6 @@ fn step_the_apiserver_refuses_a_star_in_the_host_or_inside_a_segment(
     Ok(())
 }
 
-fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
-    let out = Command::new(repo_root().join("e2e/scripts/moto.sh"))
-        .arg("helpers")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "moto {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 fn kustomization(image: &str, tag: &str) -> String {
     format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\nimages:\n  - name: {image}\n    newTag: {tag} # staging\n"
@@ -393,12 +377,7 @@ fn kustomization(image: &str, tag: &str) -> String {
 async fn an_ecr_pattern_enumerates_repositories_with_describe_repositories() -> anyhow::Result<()> {
     let ground = imagewatch_e2e::Ground::get()?;
     let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let aws_env = vec![
-        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
-        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
-        ("AWS_REGION".to_string(), "us-east-1".to_string()),
-    ];
+    let aws_env = moto_credentials(ground)?;
     // moto is shared by every test: this test's repositories have their own first segment.
     let top = format!("hoge-{}", random_suffix());
     let registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com";

@@ -26,10 +26,10 @@ use axum::{
 };
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
-    argocd::{AppGuard, ArgoCd},
+    argocd::{AppGuard, ArgoCd, source_file},
     ground::{GitServer, Registry, random_suffix},
-    setup::moto,
-    setup::{Scenario, create_secret},
+    setup::{Scenario, create_secret, policy_condition, wait_policy_for},
+    setup::{moto, moto_credentials},
     wait_until,
 };
 use kube::{Api, api::DeleteParams};
@@ -183,17 +183,7 @@ impl GithubStub {
     }
 }
 
-/// `(status, reason, message)` of a condition of a policy.
-fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
+/// Waits (up to this file's [`TIMEOUT`]) until the policy `name` satisfies `check`.
 async fn wait_policy(
     s: &Scenario,
     api: &Api<PromotionPolicy>,
@@ -201,22 +191,7 @@ async fn wait_policy(
     what: &str,
     check: impl Fn(&PromotionPolicy) -> bool,
 ) -> anyhow::Result<PromotionPolicy> {
-    wait_until(what, TIMEOUT, || async {
-        let p = api.get(name).await?;
-        Ok(check(&p).then_some(p))
-    })
-    .await
-    .map_err(|e| {
-        let status = futures::executor::block_on(api.get(name))
-            .ok()
-            .and_then(|p| p.status)
-            .map(|st| serde_json::to_string_pretty(&st).unwrap_or_default())
-            .unwrap_or_default();
-        anyhow::anyhow!(
-            "{e}\n--- policy status ---\n{status}\n--- operator log ---\n{}",
-            s.operator.log_tail(60)
-        )
-    })
+    wait_policy_for(s, api, name, what, TIMEOUT, check).await
 }
 
 /// A GitHub API stub, and the Secret `forge-token` holding its token.
@@ -247,14 +222,6 @@ async fn wait_deleted(
     .map_err(|e| anyhow::anyhow!("{e}\n--- operator log ---\n{}", s.operator.log_tail(60)))
 }
 
-fn argocd_source(images: &[String]) -> String {
-    let mut out = String::from("# image tags (managed by imagewatch)\nkustomize:\n  images:\n");
-    for image in images {
-        out.push_str(&format!("  - {image}\n"));
-    }
-    out
-}
-
 /// A manifests repository with `overlays/staging` (main) and `overlays/production`, and a
 /// `release` branch equal to main.
 fn seed_manifests(
@@ -272,11 +239,11 @@ fn seed_manifests(
     std::fs::write(prd.join("kustomization.yaml"), "resources:\n- ../../base\n")?;
     std::fs::write(
         stg.join(".argocd-source-my-api-stg.yaml"),
-        argocd_source(staging),
+        source_file(staging),
     )?;
     std::fs::write(
         prd.join(".argocd-source-my-api-prd.yaml"),
-        argocd_source(production),
+        source_file(production),
     )?;
     // What an Argo CD Application of the staging gate can deploy and call Healthy.
     let healthy = dir.path().join("argo/healthy");
@@ -457,7 +424,7 @@ async fn step_nothing_is_proposed_while_production_is_current(c: &Seed001) -> an
     c.s.wait_ready("my-api-stg", "True", "UpToDate").await?;
     let p = c
         .wait("policy up to date", |p| {
-            condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+            policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
         })
         .await?;
     assert_eq!(
@@ -487,7 +454,7 @@ async fn step_the_gate_holds_until_production_has_the_images(c: &Seed001) -> any
     s.wait_applied("my-api-stg", "v1.1.0").await?;
     let p = c
         .wait("ImageMissing", |p| {
-            condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
+            policy_condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
         })
         .await?;
     let st = p.status.clone().unwrap_or_default();
@@ -503,7 +470,9 @@ async fn step_the_gate_holds_until_production_has_the_images(c: &Seed001) -> any
     }
     assert_eq!(st.gates_summary.as_deref(), Some("0/1"));
     assert_eq!(
-        condition(&p, conditions::READY).map(|c| c.1).as_deref(),
+        policy_condition(&p, conditions::READY)
+            .map(|c| c.1)
+            .as_deref(),
         Some("WaitingForGates")
     );
     assert!(
@@ -539,7 +508,7 @@ async fn step_one_pull_request_rewritten_and_aligned(c: &Seed001) -> anyhow::Res
     }
     let p = c
         .wait("pull request open", |p| {
-            condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
+            policy_condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
         })
         .await?;
     let st = p.status.clone().unwrap_or_default();
@@ -556,11 +525,11 @@ async fn step_one_pull_request_rewritten_and_aligned(c: &Seed001) -> anyhow::Res
     assert_eq!(clones.len(), 1, "{clones:?}");
     assert!(!s.operator.cache_dir.join("promotion-git").exists());
     assert_eq!(
-        condition(&p, conditions::PULL_REQUEST_OPEN).map(|c| c.2),
+        policy_condition(&p, conditions::PULL_REQUEST_OPEN).map(|c| c.2),
         Some(pr.url.clone())
     );
     assert_eq!(
-        condition(&p, conditions::GATES_PASSING)
+        policy_condition(&p, conditions::GATES_PASSING)
             .map(|c| c.1)
             .as_deref(),
         Some("GatesPassed")
@@ -674,7 +643,7 @@ async fn step_merging_closes_the_pull_request(c: &Seed001) -> anyhow::Result<()>
         .git(&c.repo, &["branch", "-f", "release", &c.branch])?;
     let p = c
         .wait("closed after merge", |p| {
-            condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+            policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
         })
         .await?;
     assert!(
@@ -723,10 +692,10 @@ async fn step_a_branch_a_person_pushed_to_is_never_overwritten(c: &Seed001) -> a
     s.wait_applied("my-api-stg", "v1.3.0").await?;
     let p = c
         .wait("refuses a branch it does not own", |p| {
-            condition(p, conditions::READY).is_some_and(|c| c.1 == "GitError")
+            policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "GitError")
         })
         .await?;
-    let (_, _, message) = condition(&p, conditions::READY).unwrap_or_default();
+    let (_, _, message) = policy_condition(&p, conditions::READY).unwrap_or_default();
     assert!(
         message.contains("refusing to overwrite push branch"),
         "{message}"
@@ -810,12 +779,12 @@ async fn step_apply_a_watch_and_two_policies_proposing_by_pull_request(
     registry.push(&format!("e2e/app-{sfx}/my-api"), "v1.0.0")?;
     let repo = format!("promodel-{}", s.ns.name);
     let url = seed_manifests(
-        &s,
+        s,
         &repo,
         &[format!("{image}:v1.0.0")],
         &[format!("{image}:v1.0.0")],
     )?;
-    let (forge, api_url) = github_forge(&s).await?;
+    let (forge, api_url) = github_forge(s).await?;
     let policy = |name: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
@@ -868,8 +837,8 @@ async fn step_up_to_date_means_no_pull_request_and_no_finalizer(
     s: &Scenario,
     policies: &Api<PromotionPolicy>,
 ) -> anyhow::Result<()> {
-    let p = wait_policy(&s, &policies, "my-api", "policy up to date", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
+    let p = wait_policy(s, policies, "my-api", "policy up to date", |p| {
+        policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "UpToDate")
     })
     .await?;
     assert!(!has_finalizer(&p), "{:?}", p.metadata.finalizers);
@@ -889,8 +858,8 @@ async fn step_each_policy_opens_a_pull_request_and_carries_the_finalizer(
     s.wait_applied("my-api-stg", "v1.1.0").await?;
     let mut numbers = Vec::new();
     for name in ["my-api", "my-api-b"] {
-        let p = wait_policy(&s, &policies, name, "pull request open", |p| {
-            condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
+        let p = wait_policy(s, policies, name, "pull request open", |p| {
+            policy_condition(p, conditions::PULL_REQUEST_OPEN).is_some_and(|c| c.0 == "True")
         })
         .await?;
         assert!(has_finalizer(&p), "{name}: {:?}", p.metadata.finalizers);
@@ -915,7 +884,7 @@ async fn step_a_deletion_closes_the_pull_request_once(
 ) -> anyhow::Result<()> {
     let state = |n: i64| forge.state(n);
     policies.delete("my-api", &DeleteParams::default()).await?;
-    wait_deleted(&s, &policies, "my-api").await?;
+    wait_deleted(s, policies, "my-api").await?;
     assert_eq!(
         *forge.closes.lock().unwrap(),
         vec![first],
@@ -945,7 +914,7 @@ async fn step_with_the_forge_failing_the_deletion_completes_and_leaves_it_open(
         held.as_ref().is_some_and(has_finalizer),
         "the finalizer holds the deletion first"
     );
-    wait_deleted(&s, &policies, "my-api-b").await?;
+    wait_deleted(s, policies, "my-api-b").await?;
     assert!(
         forge.count(
             Method::PATCH,
@@ -1125,14 +1094,16 @@ spec:
         ns = s.ns.name,
         argo = argocd.namespace
     ))?;
-    let p = wait_policy(&s, &policies, "my-api", "ApplicationNotHealthy", |p| {
-        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ApplicationNotHealthy")
+    let p = wait_policy(s, policies, "my-api", "ApplicationNotHealthy", |p| {
+        policy_condition(p, conditions::GATES_PASSING)
+            .is_some_and(|c| c.1 == "ApplicationNotHealthy")
     })
     .await?;
     assert!(
-        condition(&p, conditions::GATES_PASSING).is_some_and(|c| c.2.contains(app_name.as_str())),
+        policy_condition(&p, conditions::GATES_PASSING)
+            .is_some_and(|c| c.2.contains(app_name.as_str())),
         "{:?}",
-        condition(&p, conditions::GATES_PASSING)
+        policy_condition(&p, conditions::GATES_PASSING)
     );
     Ok(())
 }
@@ -1153,22 +1124,18 @@ async fn step_staging_healthy_leaves_only_approval_missing(
         s,
         ..
     } = c;
-    s.apply(&argocd.application(&app_name, &url, "argo/healthy", &s.ns.name))?;
+    s.apply(&argocd.application(app_name, url, "argo/healthy", &s.ns.name))?;
     argocd
-        .wait_synced_healthy(&s.admin, &app_name, Some(&main_head))
+        .wait_synced_healthy(&s.admin, app_name, Some(main_head))
         .await?;
-    let p = wait_policy(&s, &policies, "my-api", "AwaitingApproval", |p| {
-        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
+    let p = wait_policy(s, policies, "my-api", "AwaitingApproval", |p| {
+        policy_condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
     })
     .await?;
     let st = p.status.clone().unwrap_or_default();
     assert_eq!(st.gates_summary.as_deref(), Some("1/2"));
     let id = st.candidate_id.clone().expect("candidateId");
-    assert_eq!(
-        git.commit_count(&repo, "release")?,
-        1,
-        "nothing written yet"
-    );
+    assert_eq!(git.commit_count(repo, "release")?, 1, "nothing written yet");
     Ok(id)
 }
 
@@ -1194,44 +1161,38 @@ async fn step_an_approval_lands_one_signed_commit_on_release(
         &s.ns.name,
         &format!("imagewatch.dev/approve={id}"),
     ])?;
-    let p = wait_policy(&s, &policies, "my-api", "Committed", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
+    let p = wait_policy(s, policies, "my-api", "Committed", |p| {
+        policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
     })
     .await?;
     let st = p.status.clone().unwrap_or_default();
-    let release = git
-        .git(&repo, &["rev-parse", "release"])?
-        .trim()
-        .to_string();
+    let release = git.git(repo, &["rev-parse", "release"])?.trim().to_string();
     assert_eq!(
         st.last_promotions[0].commit.as_deref(),
         Some(release.as_str())
     );
     assert!(st.last_promotions[0].pull_request.is_none());
     assert_eq!(
-        condition(&p, conditions::PULL_REQUEST_OPEN)
+        policy_condition(&p, conditions::PULL_REQUEST_OPEN)
             .map(|c| c.1)
             .as_deref(),
         Some("NotApplicable")
     );
-    let file = git.show(&repo, "release", PRD_FILE)?;
+    let file = git.show(repo, "release", PRD_FILE)?;
     assert!(file.contains(&format!("{prd}/my-api:v2.0.0")), "{file}");
     assert!(
         file.contains(&format!("{prd}/my-api-worker:v2.0.0")),
         "{file}"
     );
-    let message = git.git(&repo, &["log", "-1", "--format=%an%n%B", "release"])?;
+    let message = git.git(repo, &["log", "-1", "--format=%an%n%B", "release"])?;
     assert!(
         message.starts_with(
             "imagewatch\nPromote my-api:v2.0.0, my-api-worker:v2.0.0 to overlays/production"
         ),
         "{message}"
     );
-    let verdict = imagewatch_e2e::setup::verify_openpgp_commit(
-        &git.repo_dir(&repo),
-        "release",
-        &signing_key,
-    )?;
+    let verdict =
+        imagewatch_e2e::setup::verify_openpgp_commit(&git.repo_dir(repo), "release", signing_key)?;
     assert!(
         verdict.contains("[GNUPG:] VALIDSIG 0C038580A4A2A3E0A9012C8578A564EBDC3E3DA9 "),
         "{verdict}"
@@ -1262,8 +1223,8 @@ async fn step_a_pinned_rollback_needs_and_gets_its_own_approval(
         "-p",
         r#"{"spec":{"pin":{"my-api":"v1.0.0","my-api-worker":"v1.0.0"}}}"#,
     ])?;
-    let p = wait_policy(&s, &policies, "my-api", "rollback awaits approval", |p| {
-        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
+    let p = wait_policy(s, policies, "my-api", "rollback awaits approval", |p| {
+        policy_condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "AwaitingApproval")
             && p.status.as_ref().and_then(|st| st.candidate_id.as_deref()) != Some(id)
     })
     .await?;
@@ -1280,7 +1241,7 @@ async fn step_a_pinned_rollback_needs_and_gets_its_own_approval(
         &s.ns.name,
         &format!("imagewatch.dev/approve={rollback_id}"),
     ])?;
-    let p = wait_policy(&s, &policies, "my-api", "rolled back", |p| {
+    let p = wait_policy(s, policies, "my-api", "rolled back", |p| {
         p.status
             .as_ref()
             .is_some_and(|st| st.last_promotions.len() == 2)
@@ -1290,11 +1251,11 @@ async fn step_a_pinned_rollback_needs_and_gets_its_own_approval(
     assert_eq!(st.last_promotions[0].tags["my-api"], "v1.0.0");
     assert_eq!(st.last_promotions[1].tags["my-api"], "v2.0.0");
     assert_eq!(
-        git.show(&repo, "release", PRD_FILE)?,
-        git.show(&repo, "release~2", PRD_FILE)?,
+        git.show(repo, "release", PRD_FILE)?,
+        git.show(repo, "release~2", PRD_FILE)?,
         "the rollback restores the file byte for byte"
     );
-    assert_eq!(git.commit_count(&repo, "release")?, 3);
+    assert_eq!(git.commit_count(repo, "release")?, 3);
     Ok(())
 }
 
@@ -1302,12 +1263,7 @@ async fn step_a_pinned_rollback_needs_and_gets_its_own_approval(
 async fn image_exists_asks_ecr_with_the_operators_aws_identity() -> anyhow::Result<()> {
     let ground = imagewatch_e2e::Ground::get()?;
     let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let aws_env = vec![
-        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
-        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
-        ("AWS_REGION".to_string(), "us-east-1".to_string()),
-    ];
+    let aws_env = moto_credentials(ground)?;
     let env: Vec<(&str, &str)> = aws_env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -1346,21 +1302,21 @@ spec:
     ))?;
     let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
     let p = wait_policy(&s, &policies, "ecr", "ImageMissing in ECR", |p| {
-        condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
+        policy_condition(p, conditions::GATES_PASSING).is_some_and(|c| c.1 == "ImageMissing")
     })
     .await?;
     assert!(
-        condition(&p, conditions::GATES_PASSING)
+        policy_condition(&p, conditions::GATES_PASSING)
             .is_some_and(|c| c.2.contains(&format!("{prd}/{name}:v1.1.0"))),
         "{:?}",
-        condition(&p, conditions::GATES_PASSING)
+        policy_condition(&p, conditions::GATES_PASSING)
     );
     let git = s.ground.git()?;
     assert_eq!(git.commit_count(&repo, "release")?, 1);
 
     moto(&["put-image", &name, "v1.1.0"], &aws_env)?;
     wait_policy(&s, &policies, "ecr", "committed once ECR has it", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
+        policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
     })
     .await?;
     let file = git.show(&repo, "release", PRD_FILE)?;
