@@ -214,6 +214,16 @@ spec:
     }
 }
 
+/// An Argo CD source parameter file (`.argocd-source-<app>.yaml`) pinning `images` in
+/// Kustomize's `images` list, with imagewatch's header line.
+pub fn source_file<S: AsRef<str>>(images: &[S]) -> String {
+    let mut out = String::from("# image tags (managed by imagewatch)\nkustomize:\n  images:\n");
+    for image in images {
+        out.push_str(&format!("  - {}\n", image.as_ref()));
+    }
+    out
+}
+
 /// Deletes its Applications when dropped (the namespace a test deploys to goes with the test).
 pub struct AppGuard {
     ground: &'static Ground,

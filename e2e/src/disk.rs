@@ -3,9 +3,10 @@
 //! ext4 image. [`SmallDisk::fill`] takes all its free space, [`SmallDisk::free`] gives it back.
 //! Unmounted when dropped.
 //!
-//! Mounting needs root (CAP_SYS_ADMIN). Where neither form can be mounted,
-//! [`SmallDisk::mount`] fails with [`DiskError::Unavailable`], which tests report and skip on;
-//! every other failure is an error.
+//! Mounting needs root (CAP_SYS_ADMIN) and the `mount`, `umount` and `mkfs.ext4` tools, which
+//! the ground installs. Where neither form can be mounted, [`SmallDisk::mount`] fails with
+//! [`DiskError::Unavailable`], naming each form's cause (a missing tool by its name): a test
+//! fails on it, since a ground that cannot mount is a broken ground, not a reason to skip.
 
 use std::{
     io::Write as _,
@@ -16,7 +17,7 @@ use std::{
 /// Why a small filesystem could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
-    /// This machine does not let the test mount filesystems.
+    /// Neither form could be mounted here (no privilege, or a tool missing, named).
     #[error("cannot mount a small filesystem here: {0}")]
     Unavailable(String),
     /// Anything else.
@@ -40,8 +41,17 @@ pub struct SmallDisk {
     pub kind: &'static str,
 }
 
+/// Runs `cmd`; the error names the command and its stderr, or the program when it is not
+/// installed.
 fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = cmd.output().map_err(|e| {
+        let program = cmd.get_program().to_string_lossy();
+        if e.kind() == std::io::ErrorKind::NotFound {
+            format!("the tool `{program}` is not installed (not found on PATH)")
+        } else {
+            format!("{cmd:?}: {e}")
+        }
+    })?;
     if out.status.success() {
         Ok(())
     } else {

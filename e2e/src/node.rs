@@ -13,6 +13,35 @@ use anyhow::Context as _;
 
 use crate::{Ground, ground::repo_root};
 
+/// A Deployment the ground's node runs: one replica named `name` (also its `app` label and its
+/// container's name) on the node's network, tolerating the node's taint, pulling with the
+/// `hookreg` Secret. `image` is written as given after `image: ` (a quoted template or a
+/// trailing comment included).
+pub fn node_deployment(name: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      hostNetwork: true
+      terminationGracePeriodSeconds: 1
+      tolerations: [{{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}}]
+      imagePullSecrets: [{{name: hookreg}}]
+      containers:
+      - name: {name}
+        image: {image}
+"#
+    )
+}
+
 /// `target/release/imagewatch`, which `just test` builds before the tests (a `cargo build`
 /// inside `cargo test` would wait for the target directory's lock).
 pub fn release_binary() -> anyhow::Result<PathBuf> {

@@ -3,7 +3,7 @@
 
 use std::{path::Path, time::Duration};
 
-use imagewatch_crd::{ImageWatch, conditions::READY};
+use imagewatch_crd::{ImageWatch, PromotionPolicy, conditions::READY};
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, Client,
@@ -201,6 +201,85 @@ pub fn ready(w: &ImageWatch) -> Option<(String, String, String)> {
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+/// `(status, reason, message)` of the condition `type_` of a PromotionPolicy.
+pub fn policy_condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Polls the PromotionPolicy `name` until `check` holds, for up to `timeout`. On timeout the
+/// error adds the policy's status and the operator's log tail to `what`.
+pub async fn wait_policy_for(
+    s: &Scenario,
+    api: &Api<PromotionPolicy>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&PromotionPolicy) -> bool,
+) -> anyhow::Result<PromotionPolicy> {
+    wait_until(what, timeout, || async {
+        let p = api.get(name).await?;
+        Ok(check(&p).then_some(p))
+    })
+    .await
+    .map_err(|e| {
+        let status = futures::executor::block_on(api.get(name))
+            .ok()
+            .and_then(|p| p.status)
+            .map(|st| serde_json::to_string_pretty(&st).unwrap_or_default())
+            .unwrap_or_default();
+        anyhow::anyhow!(
+            "{e}\n--- policy status ---\n{status}\n--- operator log ---\n{}",
+            s.operator.log_tail(60)
+        )
+    })
+}
+
+/// `(tag, reason)` of the tag the watch refused last (`status.refused`).
+pub fn refused_of(w: &ImageWatch) -> Option<(String, String)> {
+    let r = w.status.as_ref()?.refused.as_ref()?;
+    Some((r.tag.clone(), r.reason.clone()))
+}
+
+/// The tag the watch has applied (`status.applied.tag`).
+pub fn applied_of(w: &ImageWatch) -> Option<String> {
+    Some(w.status.as_ref()?.applied.as_ref()?.tag.clone())
+}
+
+/// The count of `imagewatch_reconciles_total{outcome="OUTCOME"}` in the operator's metrics
+/// (0 before the first such reconcile).
+pub async fn reconciles_with_outcome(s: &Scenario, outcome: &str) -> anyhow::Result<u64> {
+    let metrics = s.operator.metrics().await?;
+    let prefix = format!("imagewatch_reconciles_total{{outcome=\"{outcome}\"}} ");
+    Ok(metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64)
+}
+
+/// A new repository `name` on the ground's git server holding the canary-primary sample's
+/// manifests, both Deployments on `image` (the sample's own tags); its URL.
+pub fn seed_canary_primary(ground: &Ground, name: &str, image: &str) -> anyhow::Result<String> {
+    let dir = tempfile::tempdir()?;
+    copy_dir(
+        &repo_root().join("samples/canary-primary/manifests"),
+        dir.path(),
+    )?;
+    for file in ["deployment-canary.yaml", "deployment-primary.yaml"] {
+        let path = dir.path().join("apps/my-api/overlays/stg").join(file);
+        let text = std::fs::read_to_string(&path)?
+            .replace("registry.example.com/my-api:", &format!("{image}:"));
+        std::fs::write(&path, text)?;
+    }
+    ground.git()?.new_repo(name, dir.path())
+}
+
 /// Creates a Secret.
 pub async fn create_secret(
     client: &Client,
@@ -354,6 +433,18 @@ pub fn verify_openpgp_commit(
     Ok(verdict)
 }
 
+/// A new temporary directory holding `files` (path below it, content), with the directories
+/// they need.
+pub fn tree(files: &[(&str, String)]) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for (path, content) in files {
+        let file = dir.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap_or(dir.path()))?;
+        std::fs::write(file, content)?;
+    }
+    Ok(dir)
+}
+
 /// `e2e/scripts/moto.sh helpers ARGS` (create-queue, route-ecr-events, create-repository,
 /// put-image, put-push-event, …) with `env` (the moto URL and test credentials); its output.
 pub fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
@@ -370,8 +461,17 @@ pub fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// The environment for [`moto`] and for an operator talking to the ground's moto.
+/// The environment for [`moto`] and for an operator talking to the ground's moto: the moto
+/// URL, the test credentials and region, and no EC2 metadata lookup.
 pub fn moto_env(ground: &Ground) -> anyhow::Result<Vec<(String, String)>> {
+    let mut env = moto_credentials(ground)?;
+    env.push(("AWS_EC2_METADATA_DISABLED".to_string(), "true".to_string()));
+    Ok(env)
+}
+
+/// The moto URL and the test credentials and region (without [`moto_env`]'s EC2 metadata
+/// setting), for [`moto`] and for an operator talking to the ground's moto.
+pub fn moto_credentials(ground: &Ground) -> anyhow::Result<Vec<(String, String)>> {
     Ok(vec![
         (
             "IMAGEWATCH_MOTO_URL".to_string(),
@@ -380,6 +480,5 @@ pub fn moto_env(ground: &Ground) -> anyhow::Result<Vec<(String, String)>> {
         ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
         ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
         ("AWS_REGION".to_string(), "us-east-1".to_string()),
-        ("AWS_EC2_METADATA_DISABLED".to_string(), "true".to_string()),
     ])
 }

@@ -9,7 +9,7 @@ use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
 use imagewatch_e2e::{
     argocd::ArgoCd,
     ground::random_suffix,
-    node::wait_pod_ready_with,
+    node::{node_deployment, wait_pod_ready_with},
     operator::metric,
     setup::{Scenario, TIMEOUT, node_scenario},
     wait_until,
@@ -24,28 +24,7 @@ fn seed_directory(image: &str) -> anyhow::Result<tempfile::TempDir> {
     std::fs::create_dir_all(&app)?;
     std::fs::write(
         app.join("deployment.yaml"),
-        format!(
-            r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: my-api
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: my-api}}
-  template:
-    metadata:
-      labels: {{app: my-api}}
-    spec:
-      hostNetwork: true
-      terminationGracePeriodSeconds: 1
-      tolerations: [{{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}}]
-      imagePullSecrets: [{{name: hookreg}}]
-      containers:
-      - name: my-api
-        image: {image}   # the tag imagewatch moves
-"#
-        ),
+        node_deployment("my-api", &format!("{image}   # the tag imagewatch moves")),
     )?;
     Ok(dir)
 }

@@ -10,7 +10,7 @@ use imagewatch_e2e::{
     Ground,
     argocd::ArgoCd,
     ground::random_suffix,
-    setup::{TIMEOUT, create_argocd_git_secret, webhook_scenario},
+    setup::{TIMEOUT, create_argocd_git_secret, tree, webhook_scenario},
     wait_until,
 };
 
@@ -67,17 +67,6 @@ impl Drop for LabelTracking {
             None,
         );
     }
-}
-
-/// Writes `files` (path, content) under a new directory.
-fn tree(files: &[(&str, String)]) -> anyhow::Result<tempfile::TempDir> {
-    let dir = tempfile::tempdir()?;
-    for (path, content) in files {
-        let file = dir.path().join(path);
-        std::fs::create_dir_all(file.parent().unwrap_or(dir.path()))?;
-        std::fs::write(file, content)?;
-    }
-    Ok(dir)
 }
 
 #[tokio::test]

@@ -8,33 +8,13 @@
 use imagewatch_crd::{ImageWatch, conditions::DEPLOYED};
 use imagewatch_e2e::{
     ground::random_suffix,
-    node::wait_pod_ready_with,
-    setup::{TIMEOUT, create_argocd_git_secret, node_scenario},
+    node::{node_deployment, wait_pod_ready_with},
+    setup::{TIMEOUT, create_argocd_git_secret, node_scenario, tree},
     wait_until,
 };
 
 /// The application's chart: its Deployment (on the node's network) and its ImageWatch.
 const CHART_YAML: &str = "apiVersion: v2\nname: my-api\nversion: 0.1.0\n";
-const DEPLOYMENT: &str = r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: my-api
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: my-api}
-  template:
-    metadata:
-      labels: {app: my-api}
-    spec:
-      hostNetwork: true
-      terminationGracePeriodSeconds: 1
-      tolerations: [{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}]
-      imagePullSecrets: [{name: hookreg}]
-      containers:
-      - name: my-api
-        image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"
-"#;
 const IMAGEWATCH: &str = r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
 metadata:
@@ -47,17 +27,6 @@ spec:
   target:
     helm: {file: $values/envs/stg/values.yaml, tag: image.tag}
 "#;
-
-/// Writes `files` (path, content) under a new directory.
-fn tree(files: &[(&str, String)]) -> anyhow::Result<tempfile::TempDir> {
-    let dir = tempfile::tempdir()?;
-    for (path, content) in files {
-        let file = dir.path().join(path);
-        std::fs::create_dir_all(file.parent().unwrap_or(dir.path()))?;
-        std::fs::write(file, content)?;
-    }
-    Ok(dir)
-}
 
 #[tokio::test]
 async fn a_values_file_in_a_ref_source_is_written_where_it_lives_and_deployed() -> anyhow::Result<()>
@@ -82,7 +51,13 @@ async fn a_values_file_in_a_ref_source_is_written_where_it_lives_and_deployed() 
                 "charts/my-api/values.yaml",
                 "image: {repository: none, tag: none}\n".into(),
             ),
-            ("charts/my-api/templates/deployment.yaml", DEPLOYMENT.into()),
+            (
+                "charts/my-api/templates/deployment.yaml",
+                node_deployment(
+                    "my-api",
+                    "\"{{ .Values.image.repository }}:{{ .Values.image.tag }}\"",
+                ),
+            ),
             ("charts/my-api/templates/imagewatch.yaml", IMAGEWATCH.into()),
         ])?
         .path(),

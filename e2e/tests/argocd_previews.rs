@@ -12,7 +12,7 @@ use imagewatch_e2e::{
     argocd::{ArgoCd, SYNC_TIMEOUT},
     gitea::{ADMIN, Gitea},
     ground::random_suffix,
-    node::wait_pod_ready_with,
+    node::{node_deployment, wait_pod_ready_with},
     operator::metric,
     setup::{Scenario, TIMEOUT, create_secret, node_scenario},
     wait_until,
@@ -28,28 +28,7 @@ fn base(image: &str, git_url: &str) -> Vec<(&'static str, String)> {
         ),
         (
             "deploy/preview/deployment.yaml",
-            format!(
-                r#"apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      hostNetwork: true
-      terminationGracePeriodSeconds: 1
-      tolerations: [{{key: imagewatch.dev/e2e-node, operator: Exists, effect: NoSchedule}}]
-      imagePullSecrets: [{{name: hookreg}}]
-      containers:
-      - name: web
-        image: {image}:main
-"#
-            ),
+            node_deployment("web", &format!("{image}:main")),
         ),
         (
             "deploy/preview/imagewatch.yaml",

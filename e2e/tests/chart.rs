@@ -268,16 +268,31 @@ fn assert_least_privilege(docs: &[Value], argocd_namespace: &str) {
 fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let all = values_file(tmp.path(), "all.yaml", ALL_VALUES)?;
+    step_lint_strict_with_default_and_every_option(&all)?;
+    let known_env = run_env_names()?;
+    step_default_values_render_the_minimal_install()?;
+    let docs = documents(&render("iw", "imagewatch-system", &[&all])?)?;
+    step_every_option_sets_the_deployment_and_an_env_run_accepts(&docs, &known_env, tmp.path())?;
+    step_every_option_mounts_registries_and_ca_and_serves_the_webhook(&docs)?;
+    step_every_option_renders_irsa_pdb_monitoring_and_network_policy(&docs)?;
+    step_the_rbac_stays_least_privilege(&docs, tmp.path())
+}
+
+/// `helm lint --strict` passes with the default values and with the values file `all`.
+fn step_lint_strict_with_default_and_every_option(all: &str) -> anyhow::Result<()> {
     let chart = chart_dir().display().to_string();
-    for extra in [vec![], vec!["-f", all.as_str()]] {
+    for extra in [vec![], vec!["-f", all]] {
         let mut args = vec!["lint", "--strict", chart.as_str()];
         args.extend(extra.iter().copied());
         let (ok, out, err) = helm(&args)?;
         assert!(ok, "helm lint {extra:?} failed:\n{out}{err}");
         assert!(out.contains("0 chart(s) failed"), "{out}");
     }
-    let known_env = run_env_names()?;
+    Ok(())
+}
 
+/// Default values: the minimal install, nothing in Argo CD's namespace, no optional env.
+fn step_default_values_render_the_minimal_install() -> anyhow::Result<()> {
     // Default values: the minimal install.
     let docs = documents(&render("iw", "imagewatch-system", &[])?)?;
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -327,10 +342,17 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         Some(1),
         "no webhook port by default: {service}"
     );
+    Ok(())
+}
 
-    // Every option on.
-    let docs = documents(&render("iw", "imagewatch-system", &[&all])?)?;
-    let deployment = one(&docs, "Deployment")?;
+/// Every option on: the Deployment's settings, and an env whose every variable `imagewatch run`
+/// reads and parses.
+fn step_every_option_sets_the_deployment_and_an_env_run_accepts(
+    docs: &[Value],
+    known_env: &BTreeSet<String>,
+    tmp: &Path,
+) -> anyhow::Result<()> {
+    let deployment = one(docs, "Deployment")?;
     assert_pod_security(deployment);
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
@@ -405,7 +427,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     }
     // ... and `imagewatch run` parses the values: with this env it gets past argument
     // parsing (exit 2) and stops only because there is no cluster to talk to.
-    let cache = tmp.path().join("cache");
+    let cache = tmp.join("cache");
     let out = Command::new(imagewatch_e2e::operator::binary())
         .arg("run")
         .env_clear()
@@ -417,7 +439,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         .env("POD_NAMESPACE", "imagewatch-system")
         .env("IMAGEWATCH_CACHE_DIR", &cache)
         .env("IMAGEWATCH_METRICS_ADDR", "127.0.0.1:0")
-        .env("KUBECONFIG", tmp.path().join("no-such-kubeconfig"))
+        .env("KUBECONFIG", tmp.join("no-such-kubeconfig"))
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(
@@ -426,9 +448,17 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         "imagewatch run refused the chart's env:\n{stderr}"
     );
     assert!(!out.status.success(), "ran without a cluster?\n{stderr}");
+    Ok(())
+}
 
+/// Every option on: the registries ConfigMap the operator accepts, the CA bundle mounted, and
+/// the webhook's ports and Ingress.
+fn step_every_option_mounts_registries_and_ca_and_serves_the_webhook(
+    docs: &[Value],
+) -> anyhow::Result<()> {
+    let deployment = one(docs, "Deployment")?;
     // The registries ConfigMap is a document the operator accepts.
-    let configmap = kind(&docs, "ConfigMap")
+    let configmap = kind(docs, "ConfigMap")
         .into_iter()
         .find(|m| m["data"]["registries.yaml"].is_string())
         .context("no ConfigMap with registries.yaml")?;
@@ -457,40 +487,44 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
     );
 
     // Webhook: a container port, a Service port and an Ingress for /hooks on it.
-    let service = one(&docs, "Service")?;
+    let service = one(docs, "Service")?;
     let ports = service["spec"]["ports"].to_string();
     assert!(
         ports.contains("\"targetPort\":\"webhook\""),
         "service ports: {ports}"
     );
-    let ingress = one(&docs, "Ingress")?;
+    let ingress = one(docs, "Ingress")?;
     let path = &ingress["spec"]["rules"][0]["http"]["paths"][0];
     assert_eq!(path["path"], "/hooks");
     assert_eq!(path["backend"]["service"]["port"]["name"], "webhook");
     assert_eq!(path["backend"]["service"]["name"], "iw-imagewatch");
+    Ok(())
+}
 
+/// Every option on: the IRSA annotation, PDB, ServiceMonitor, PrometheusRule, dashboard and
+/// NetworkPolicy.
+fn step_every_option_renders_irsa_pdb_monitoring_and_network_policy(
+    docs: &[Value],
+) -> anyhow::Result<()> {
     // IRSA annotation, PDB, ServiceMonitor, NetworkPolicy.
-    let sa = one(&docs, "ServiceAccount")?;
+    let sa = one(docs, "ServiceAccount")?;
     assert_eq!(
         sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
         "arn:aws:iam::123456789012:role/imagewatch"
     );
-    assert_eq!(
-        one(&docs, "PodDisruptionBudget")?["spec"]["minAvailable"],
-        2
-    );
-    let monitor = one(&docs, "ServiceMonitor")?;
+    assert_eq!(one(docs, "PodDisruptionBudget")?["spec"]["minAvailable"], 2);
+    let monitor = one(docs, "ServiceMonitor")?;
     assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
-    let rule = one(&docs, "PrometheusRule")?;
+    let rule = one(docs, "PrometheusRule")?;
     assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
     assert!(
         rule["spec"].to_string().contains("> 30"),
         "the p99 threshold value is used: {}",
         rule["spec"]
     );
-    let dashboards: Vec<&Value> = kind(&docs, "ConfigMap")
+    let dashboards: Vec<&Value> = kind(docs, "ConfigMap")
         .into_iter()
         .filter(|m| m["metadata"]["labels"]["grafana_dashboard"] == "1")
         .collect();
@@ -499,24 +533,29 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         dashboards[0]["metadata"]["annotations"]["grafana_folder"],
         "GitOps"
     );
-    let policy = one(&docs, "NetworkPolicy")?;
+    let policy = one(docs, "NetworkPolicy")?;
     assert_eq!(
         policy["spec"]["policyTypes"],
         serde_json::json!(["Ingress", "Egress"])
     );
     // Peers (replicas forwarding events), metrics, webhook.
     assert_eq!(policy["spec"]["ingress"].as_array().map(Vec::len), Some(3));
+    Ok(())
+}
 
+/// The RBAC stays least-privilege with every option (`docs`) and by default, and without
+/// Argo CD it grants no Application access and no Secret listing.
+fn step_the_rbac_stays_least_privilege(docs: &[Value], tmp: &Path) -> anyhow::Result<()> {
     // The RBAC stays least-privilege, with every option (watched namespaces) and by default
     // (the ClusterRole).
-    assert_least_privilege(&docs, "gitops");
+    assert_least_privilege(docs, "gitops");
     let default_docs = documents(&render("iw", "imagewatch-system", &[])?)?;
     assert_least_privilege(&default_docs, "argocd");
 
     // Without Git locations from Argo CD (nor refresh): no Application access and no Secret
     // listing.
     let narrow = values_file(
-        tmp.path(),
+        tmp,
         "narrow.yaml",
         "rbac: {gitFromArgocd: false, argocdApplications: false}\nargocd: {refresh: false}",
     )?;
@@ -530,7 +569,7 @@ fn lint_and_render_with_default_and_with_every_option() -> anyhow::Result<()> {
         assert!(!text.contains("argoproj.io"), "{text}");
     }
     // Promotion gates alone keep `get` on Applications, without listing Secrets.
-    let gates = values_file(tmp.path(), "gates.yaml", "rbac: {gitFromArgocd: false}")?;
+    let gates = values_file(tmp, "gates.yaml", "rbac: {gitFromArgocd: false}")?;
     let docs = documents(&render("iw", "imagewatch-system", &[&gates])?)?;
     let gate_rules = one(&docs, "ClusterRole")?["rules"].clone();
     assert!(

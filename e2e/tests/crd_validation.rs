@@ -28,7 +28,15 @@ async fn bad_objects_are_refused_with_a_clear_message() -> anyhow::Result<()> {
     let ground = Ground::get()?;
     ground.install_crds()?;
     let ns = TestNamespace::create(ground, "crdval").await?;
-    let cases: Vec<(&str, String, &str)> = vec![
+    step_bad_objects_are_refused_naming_what_is_wrong(ground, &ns)?;
+    step_a_good_object_reads_back_as_written(ground, &ns)?;
+    step_the_short_name_category_and_columns_work(ground, &ns)?;
+    step_kubectl_explain_helps_on_nested_fields(ground)
+}
+
+/// The bad objects: `(what is wrong, the object, what the apiserver's message must name)`.
+fn bad_objects(ns: &TestNamespace) -> Vec<(&'static str, String, &'static str)> {
+    let cases: Vec<(&'static str, String, &'static str)> = vec![
         (
             "two targets",
             watch_yaml(
@@ -222,6 +230,15 @@ spec:
             "Unsupported value: \"Deployed\"",
         ),
     ];
+    cases
+}
+
+/// Each bad object is refused at `kubectl apply` with a message naming what is wrong.
+fn step_bad_objects_are_refused_naming_what_is_wrong(
+    ground: &Ground,
+    ns: &TestNamespace,
+) -> anyhow::Result<()> {
+    let cases = bad_objects(ns);
     for (what, yaml, expected) in cases {
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         assert!(!ok, "{what}: was accepted:\n{yaml}");
@@ -230,8 +247,14 @@ spec:
             "{what}: message {out:?} does not mention {expected:?}"
         );
     }
+    Ok(())
+}
 
-    // A good object is accepted and reads back exactly as written: no defaults added.
+/// A good object is accepted and reads back exactly as written: no defaults added.
+fn step_a_good_object_reads_back_as_written(
+    ground: &Ground,
+    ns: &TestNamespace,
+) -> anyhow::Result<()> {
     let good = watch_yaml(
         &ns.name,
         "good",
@@ -244,8 +267,14 @@ spec:
     let back: serde_json::Value = serde_json::from_str(&back)?;
     let sent: serde_json::Value = serde_saphyr::from_str(&good)?;
     assert_eq!(back["spec"], sent["spec"], "the apiserver changed the spec");
+    Ok(())
+}
 
-    // The short name, category and printer columns work.
+/// The short name, category and printer columns work.
+fn step_the_short_name_category_and_columns_work(
+    ground: &Ground,
+    ns: &TestNamespace,
+) -> anyhow::Result<()> {
     let table = ground.kubectl(&["get", "iw", "-n", &ns.name])?;
     for column in [
         "NAME", "IMAGE", "PATTERN", "LATEST", "APPLIED", "READY", "AGE",
@@ -253,8 +282,11 @@ spec:
         assert!(table.contains(column), "no column {column} in:\n{table}");
     }
     kubectl_forms(ground, &ns.name)?;
+    Ok(())
+}
 
-    // `kubectl explain` helps on nested fields.
+/// `kubectl explain` helps on nested fields.
+fn step_kubectl_explain_helps_on_nested_fields(ground: &Ground) -> anyhow::Result<()> {
     let explain = ground.kubectl(&["explain", "imagewatch.spec.tags"])?;
     assert!(
         explain.contains("pattern") && explain.contains("regex:"),

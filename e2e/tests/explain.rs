@@ -9,6 +9,7 @@ use std::{path::Path, process::Command, time::Duration};
 
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
+    NotifyingRegistry,
     ground::random_suffix,
     operator::binary,
     setup::{Scenario, copy_dir, sample, webhook_scenario},
@@ -80,7 +81,19 @@ spec:
     ))?;
     s.wait_ready("canary", "True", "UpToDate").await?;
 
-    // Step 1: a push the webhook brings is committed and recorded with its trigger.
+    step_a_webhook_push_is_committed_and_recorded_with_its_trigger(&s, &registry, &repo).await?;
+    step_refused_tags_are_listed_with_their_reason(&s, &registry, &repo).await?;
+    step_a_reader_asks_through_kubectl(&s).await?;
+    step_wide_output_shows_when_the_last_change_was_written(&s)?;
+    step_imagewatch_test_lists_the_registry_with_the_same_rules(&registry, &image, &host)
+}
+
+/// Step 1: a push the webhook brings is committed and recorded with its trigger.
+async fn step_a_webhook_push_is_committed_and_recorded_with_its_trigger(
+    s: &Scenario,
+    registry: &NotifyingRegistry,
+    repo: &str,
+) -> anyhow::Result<()> {
     registry.script("push-image.sh", &[&format!("{repo}:canary-v1.1.0")])?;
     let watch = s.wait_applied("canary", "canary-v1.1.0").await?;
     let status = watch.status.clone().unwrap_or_default();
@@ -98,9 +111,16 @@ spec:
             .is_some_and(|s| s > 0.0 && s < 60.0),
         "{change:?}"
     );
+    Ok(())
+}
 
-    // Step 2: tags the rules refuse; a re-check looks at them (the router wakes no watch for
-    // a tag its rules do not admit).
+/// Step 2: tags the rules refuse; a re-check looks at them (the router wakes no watch for
+/// a tag its rules do not admit), and status.refusedTags lists each with its reason.
+async fn step_refused_tags_are_listed_with_their_reason(
+    s: &Scenario,
+    registry: &NotifyingRegistry,
+    repo: &str,
+) -> anyhow::Result<()> {
     registry.script("push-image.sh", &[&format!("{repo}:canary-v1.2.0-rc1")])?;
     registry.script("push-image.sh", &[&format!("{repo}:v9.0.0")])?;
     s.ground.kubectl(&[
@@ -131,8 +151,12 @@ spec:
             ("canary-v1.2.0-rc1".to_owned(), "Exclude".to_owned()),
         ]
     );
+    Ok(())
+}
 
-    // Step 3: a user who may only read ImageWatches asks, through kubectl.
+/// Step 3: a user who may only read ImageWatches asks, through kubectl; outside its
+/// namespace it learns nothing but that it may not look.
+async fn step_a_reader_asks_through_kubectl(s: &Scenario) -> anyhow::Result<()> {
     s.apply(&format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -177,8 +201,11 @@ subjects: [{{kind: ServiceAccount, name: reader, namespace: {ns}}}]
         text.contains("your credentials may not get imagewatches in namespace default"),
         "{text}"
     );
+    Ok(())
+}
 
-    // Step 4: `-o wide` shows when the last change was written.
+/// Step 4: `-o wide` shows when the last change was written.
+fn step_wide_output_shows_when_the_last_change_was_written(s: &Scenario) -> anyhow::Result<()> {
     let wide = s
         .ground
         .kubectl(&["get", "iw", "canary", "-n", &s.ns.name, "-o", "wide"])?;
@@ -196,8 +223,15 @@ subjects: [{{kind: ServiceAccount, name: reader, namespace: {ns}}}]
         changed.ends_with('s') || changed.ends_with('m'),
         "CHANGED {changed:?} in:\n{wide}"
     );
+    Ok(())
+}
 
-    // Step 5: `imagewatch test` lists the registry with a Docker config and the same rules.
+/// Step 5: `imagewatch test` lists the registry with a Docker config and the same rules.
+fn step_imagewatch_test_lists_the_registry_with_the_same_rules(
+    registry: &NotifyingRegistry,
+    image: &str,
+    host: &str,
+) -> anyhow::Result<()> {
     let config = tempfile::tempdir()?;
     std::fs::write(
         config.path().join("config.json"),
@@ -207,13 +241,13 @@ subjects: [{{kind: ServiceAccount, name: reader, namespace: {ns}}}]
         .args([
             "test",
             "--image",
-            &image,
+            image,
             "--pattern",
             "canary-*",
             "--exclude",
             "*-rc*",
             "--insecure-registry",
-            &host,
+            host,
         ])
         .env("DOCKER_CONFIG", config.path())
         .output()?;

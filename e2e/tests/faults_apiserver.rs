@@ -11,7 +11,7 @@ use imagewatch_crd::conditions::reason;
 use imagewatch_e2e::{
     Ground,
     ground::random_suffix,
-    setup::{Scenario, TIMEOUT, ready},
+    setup::{Scenario, TIMEOUT, ready, reconciles_with_outcome},
     wait_until,
 };
 use kube::api::{Patch, PatchParams};
@@ -53,16 +53,6 @@ impl Drop for StartAgain<'_> {
     }
 }
 
-async fn reconciles(s: &Scenario, outcome: &str) -> u64 {
-    let metrics = s.operator.metrics().await.unwrap_or_default();
-    let prefix = format!("imagewatch_reconciles_total{{outcome=\"{outcome}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0) as u64
-}
-
 #[tokio::test]
 async fn apiserver_restart_watches_resume() -> anyhow::Result<()> {
     let mut s = Scenario::start("apirestart", &[]).await?;
@@ -91,9 +81,15 @@ async fn apiserver_restart_watches_resume() -> anyhow::Result<()> {
     ground.script("controlplane.sh", &["stop-apiserver"])?;
     let restart = StartAgain(ground);
     registry.push(&image_repo, "v1.1.0")?;
-    let kube_failures = reconciles(&s, "kube").await;
+    let kube_failures = reconciles_with_outcome(&s, "kube")
+        .await
+        .unwrap_or_default();
     wait_until("a reconcile failing on the absent API", TIMEOUT, || async {
-        Ok((reconciles(&s, "kube").await > kube_failures).then_some(()))
+        Ok((reconciles_with_outcome(&s, "kube")
+            .await
+            .unwrap_or_default()
+            > kube_failures)
+            .then_some(()))
     })
     .await?;
     assert_eq!(git.commit_count(&repo, "main")?, 1);
@@ -134,9 +130,9 @@ async fn apiserver_restart_watches_resume() -> anyhow::Result<()> {
     );
 
     // Nothing more: one further round of both watches adds no commit.
-    let ok = reconciles(&s, "ok").await;
+    let ok = reconciles_with_outcome(&s, "ok").await.unwrap_or_default();
     wait_until("two more successful reconciles", TIMEOUT, || async {
-        Ok((reconciles(&s, "ok").await >= ok + 2).then_some(()))
+        Ok((reconciles_with_outcome(&s, "ok").await.unwrap_or_default() >= ok + 2).then_some(()))
     })
     .await?;
     assert_eq!(git.commit_count(&repo, "main")?, 4);

@@ -30,7 +30,7 @@ use base64::Engine as _;
 use imagewatch_e2e::{
     Ground, Operator,
     ground::{random_suffix, repo_root},
-    setup::{Scenario, copy_dir, create_secret, ready},
+    setup::{Scenario, create_secret, ready, seed_canary_primary},
     wait_until,
 };
 use serde_json::json;
@@ -200,23 +200,6 @@ impl Drop for AppGitServer {
     }
 }
 
-/// The canary/primary sample's manifests, with our registry's image.
-fn seed_repo(ground: &Ground, name: &str, image: &str) -> anyhow::Result<()> {
-    let dir = tempfile::tempdir()?;
-    copy_dir(
-        &repo_root().join("samples/canary-primary/manifests"),
-        dir.path(),
-    )?;
-    for file in ["deployment-canary.yaml", "deployment-primary.yaml"] {
-        let path = dir.path().join("apps/my-api/overlays/stg").join(file);
-        let text = std::fs::read_to_string(&path)?
-            .replace("registry.example.com/my-api:", &format!("{image}:"));
-        std::fs::write(&path, text)?;
-    }
-    ground.git()?.new_repo(name, dir.path())?;
-    Ok(())
-}
-
 /// The sample's canary watch as `name`, on our registry and repository, with `secret`.
 fn watch(name: &str, ns: &str, image: &str, git_url: &str, secret: &str) -> anyhow::Result<String> {
     let text =
@@ -288,7 +271,7 @@ async fn a_github_app_pushes_an_openpgp_signed_commit() -> anyhow::Result<()> {
     let image = format!("{}/{image_repo}", registry.host);
     registry.push(&image_repo, "canary-v1.2.3")?;
     let repo = format!("manifests-{ns}");
-    seed_repo(ground, &repo, &image)?;
+    seed_canary_primary(ground, &repo, &image)?;
     let git_url = format!("{}/{repo}.git", app_git.base_url);
 
     let key = std::fs::read_to_string(testdata("github-app-pkcs1.pem"))?;

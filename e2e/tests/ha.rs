@@ -9,13 +9,13 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
     Ground, NotifyingRegistry, Operator, TestNamespace,
-    ground::random_suffix,
+    ground::{GitServer, random_suffix},
     operator::{free_port, metric},
     setup::{copy_dir, create_git_secret, create_secret, sample},
     wait_until,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, api::ListParams};
+use kube::{Api, Client, api::ListParams};
 
 const SHARDS: u32 = 6;
 const REPOS: usize = 6;
@@ -76,8 +76,61 @@ struct Replica {
     operator: Operator,
 }
 
+/// What the steps share: one installation's namespace, RBAC and Secrets, the registry that
+/// notifies replica "a", and the six repositories with their watches.
+struct Ha {
+    registry: NotifyingRegistry,
+    /// The registry's `host:port`.
+    host: String,
+    /// Where replica "a" takes registry notifications.
+    hook_port: u16,
+    git: GitServer,
+    /// `(watch name, image repository, git repository name, git URL)`, one per repository.
+    repos: Vec<(String, String, String, String)>,
+    release: String,
+    kubeconfig: PathBuf,
+    admin: Client,
+    ground: &'static Ground,
+    ns: TestNamespace,
+}
+
+/// Waits until every watch of `c` has applied `tag`.
+async fn wait_every_watch_applied(c: &Ha, tag: &str) -> anyhow::Result<()> {
+    let watches: Api<ImageWatch> = Api::namespaced(c.admin.clone(), &c.ns.name);
+    wait_until(&format!("every watch applied {tag}"), TIMEOUT, || async {
+        for (name, ..) in &c.repos {
+            let w = watches.get(name).await?;
+            let at = w
+                .status
+                .and_then(|s| s.applied)
+                .map(|a| a.tag)
+                .unwrap_or_default();
+            if at != tag {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow::Result<()> {
+    let mut c = step_install_rbac_secrets_and_a_notifying_registry().await?;
+    step_seed_six_repositories(&mut c)?;
+    let mut replicas = step_start_three_replicas(&c)?;
+    step_the_shards_settle_at_two_per_replica(&replicas).await?;
+    step_every_watch_applies_the_first_tag(&c).await?;
+    step_pushes_notified_to_one_replica_reach_all_by_forwarding(&c, &replicas).await?;
+    let killed_at = step_a_replica_dies_under_load(&c, &mut replicas).await?;
+    step_the_survivors_hold_every_shard_and_the_leases_agree(&c, &replicas).await?;
+    step_every_push_committed_exactly_once(&c)?;
+    step_no_shard_ever_had_two_holders(&replicas, killed_at)
+}
+
+/// The chart's RBAC for a sharded release, the git and registry Secrets, and a registry that
+/// notifies replica "a" only.
+async fn step_install_rbac_secrets_and_a_notifying_registry() -> anyhow::Result<Ha> {
     let ground = Ground::get()?;
     ground.install_crds()?;
     let ns = TestNamespace::create(ground, "ha").await?;
@@ -115,10 +168,31 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         &[(".dockerconfigjson", &reg_auth)],
     )
     .await?;
+    Ok(Ha {
+        registry,
+        host,
+        hook_port,
+        git,
+        repos: Vec::new(),
+        release,
+        kubeconfig,
+        admin,
+        ground,
+        ns,
+    })
+}
 
-    // Six manifest repositories, one watch (and one image repository) each.
+/// Six manifest repositories, one watch (and one image repository) each.
+fn step_seed_six_repositories(c: &mut Ha) -> anyhow::Result<()> {
+    let Ha {
+        registry,
+        host,
+        git,
+        ns,
+        repos,
+        ..
+    } = c;
     let suffix = random_suffix();
-    let mut repos = Vec::new();
     for i in 0..REPOS {
         let image_repo = format!("ha/app{i}-{suffix}");
         registry.script("push-image.sh", &[&format!("{image_repo}:canary-v1.0.0")])?;
@@ -136,7 +210,20 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         let url = git.new_repo(&repo_name, dir.path())?;
         repos.push((format!("app{i}"), image_repo, repo_name, url));
     }
+    Ok(())
+}
 
+/// Three replicas of one installation; only "a" serves the registry webhook.
+fn step_start_three_replicas(c: &Ha) -> anyhow::Result<Vec<Replica>> {
+    let Ha {
+        ground,
+        ns,
+        host,
+        hook_port,
+        release,
+        kubeconfig,
+        ..
+    } = c;
     // Three replicas of one installation.
     let mut replicas = Vec::new();
     for name in ["a", "b", "c"] {
@@ -166,7 +253,7 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         let operator = Operator::start_with_env(
             ground,
             &format!("{}-{name}", ns.name),
-            &kubeconfig,
+            kubeconfig,
             &flags,
             &[
                 ("IMAGEWATCH_METRICS_ADDR", &metrics_addr),
@@ -179,11 +266,14 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
             operator,
         });
     }
+    Ok(replicas)
+}
 
-    // The shards settle at two per replica.
+/// The shards settle at two per replica.
+async fn step_the_shards_settle_at_two_per_replica(replicas: &[Replica]) -> anyhow::Result<()> {
     wait_until("two shards per replica", TIMEOUT, || async {
         let mut held = Vec::new();
-        for r in &replicas {
+        for r in replicas {
             held.push(metric(
                 &r.operator.metrics().await?,
                 "imagewatch_shards_held",
@@ -193,47 +283,46 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", replicas[0].operator.log_tail(30)))?;
+    Ok(())
+}
 
-    let watches: Api<ImageWatch> = Api::namespaced(admin.clone(), &ns.name);
-    for (name, image_repo, _, url) in &repos {
+/// Every watch applied, and each applies the tag its repository starts with.
+async fn step_every_watch_applies_the_first_tag(c: &Ha) -> anyhow::Result<()> {
+    let Ha {
+        ground,
+        ns,
+        host,
+        repos,
+        ..
+    } = c;
+    for (name, image_repo, _, url) in repos {
         let yaml = watch_yaml(&ns.name, name, &format!("{host}/{image_repo}"), url);
         let (ok, out) = ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         anyhow::ensure!(ok, "kubectl apply: {out}");
     }
-    let applied = |tag: &'static str| {
-        let watches = watches.clone();
-        let names: Vec<String> = repos.iter().map(|r| r.0.clone()).collect();
-        async move {
-            wait_until(&format!("every watch applied {tag}"), TIMEOUT, || async {
-                for name in &names {
-                    let w = watches.get(name).await?;
-                    let at = w
-                        .status
-                        .and_then(|s| s.applied)
-                        .map(|a| a.tag)
-                        .unwrap_or_default();
-                    if at != tag {
-                        return Ok(None);
-                    }
-                }
-                Ok(Some(()))
-            })
-            .await
-        }
-    };
-    applied("canary-v1.0.0").await?;
+    wait_every_watch_applied(c, "canary-v1.0.0").await?;
+    Ok(())
+}
 
+/// Pushes notified to replica "a" only reach every watch, by forwarding.
+async fn step_pushes_notified_to_one_replica_reach_all_by_forwarding(
+    c: &Ha,
+    replicas: &[Replica],
+) -> anyhow::Result<()> {
+    let Ha {
+        registry, repos, ..
+    } = c;
     // Pushes, all notified to replica "a" only: replicas "b" and "c" learn of them by
     // forwarding (watches poll only hourly).
     std::thread::scope(|scope| {
-        for (_, image_repo, _, _) in &repos {
+        for (_, image_repo, _, _) in repos {
             let registry = &registry;
             scope.spawn(move || {
                 registry.script("push-image.sh", &[&format!("{image_repo}:canary-v1.1.0")])
             });
         }
     });
-    applied("canary-v1.1.0")
+    wait_every_watch_applied(c, "canary-v1.1.0")
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", replicas[1].operator.log_tail(30)))?;
     let forwarded = metric(
@@ -241,7 +330,14 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         "imagewatch_peer_forwards_total{outcome=\"ok\"}",
     );
     assert!(forwarded >= 2.0 * REPOS as f64, "forwards: {forwarded}");
+    Ok(())
+}
 
+/// Replica "b" is killed while pushes land; the others apply them all. Returns when it died.
+async fn step_a_replica_dies_under_load(c: &Ha, replicas: &mut [Replica]) -> anyhow::Result<i64> {
+    let Ha {
+        registry, repos, ..
+    } = c;
     // Under load, replica "b" dies.
     let pushes = std::thread::scope(|scope| {
         let handles: Vec<_> = repos
@@ -268,11 +364,18 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
     for push in pushes {
         push??;
     }
-    applied("canary-v1.2.0")
+    wait_every_watch_applied(c, "canary-v1.2.0")
         .await
         .map_err(|e| anyhow::anyhow!("{e}\n{}", replicas[2].operator.log_tail(40)))?;
+    Ok(killed_at)
+}
 
-    // The survivors hold every shard, three each; the Leases agree.
+/// The survivors hold every shard, three each; the Leases agree.
+async fn step_the_survivors_hold_every_shard_and_the_leases_agree(
+    c: &Ha,
+    replicas: &[Replica],
+) -> anyhow::Result<()> {
+    let Ha { admin, ns, .. } = c;
     wait_until("the survivors hold all shards", TIMEOUT, || async {
         let a = metric(
             &replicas[0].operator.metrics().await?,
@@ -298,9 +401,13 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         holders.iter().all(|h| h != "imagewatch-b"),
         "the dead replica still holds a shard: {holders:?}"
     );
+    Ok(())
+}
 
-    // Every push committed exactly once: the seed commit plus one per pushed tag.
-    for (name, _, repo_name, _) in &repos {
+/// Every push committed exactly once: the seed commit plus one per pushed tag.
+fn step_every_push_committed_exactly_once(c: &Ha) -> anyhow::Result<()> {
+    let Ha { git, repos, .. } = c;
+    for (name, _, repo_name, _) in repos {
         assert_eq!(
             git.commit_count(repo_name, "main")?,
             3,
@@ -314,11 +421,14 @@ async fn three_replicas_split_the_repositories_and_survive_a_sigkill() -> anyhow
         )?;
         assert!(file.contains(":canary-v1.2.0"), "{file}");
     }
+    Ok(())
+}
 
-    // No shard ever had two holders: the replicas' ownership intervals never overlap.
+/// No shard ever had two holders: the replicas' ownership intervals never overlap.
+fn step_no_shard_ever_had_two_holders(replicas: &[Replica], killed_at: i64) -> anyhow::Result<()> {
     let now = jiff::Timestamp::now().as_microsecond();
     let mut by_shard: BTreeMap<u64, Vec<(i64, i64, String)>> = BTreeMap::new();
-    for r in &replicas {
+    for r in replicas {
         let log = std::fs::read_to_string(&r.operator.log)?;
         let end = if r.name == "b" { killed_at } else { now };
         for (shard, start, stop) in ownership(&log, end)? {

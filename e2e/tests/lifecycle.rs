@@ -14,7 +14,7 @@ use std::{
 
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace, ground::random_suffix, operator::metric, setup::moto,
-    wait_until,
+    setup::moto_credentials, wait_until,
 };
 
 /// A loopback listener standing in for the EC2 instance metadata service: it counts the
@@ -130,12 +130,7 @@ async fn stopping_one_of_three_sqs_consumers_strands_no_message() -> anyhow::Res
     let ground = Ground::get()?;
     ground.install_crds()?;
     let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let env = vec![
-        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
-        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
-        ("AWS_REGION".to_string(), "us-east-1".to_string()),
-    ];
+    let env = moto_credentials(ground)?;
     let suffix = random_suffix();
     let queue = moto(&["create-queue", &format!("iw-three-{suffix}"), "60"], &env)?;
     let queue = queue.lines().last().unwrap_or_default().to_string();

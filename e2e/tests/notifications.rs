@@ -334,7 +334,29 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
     s.apply(&yaml)?;
     s.wait_ready("api", "True", "UpToDate").await?;
 
-    // Step 1: a newer tag is committed to the push branch and a pull request opened.
+    let (commit, pr_number, ids) = step_a_newer_tag_is_committed_and_a_pull_request_opened(
+        &s, &receiver, &pr_proxy, started, &yaml,
+    )
+    .await?;
+    step_every_payload_has_its_documented_shape(&receiver, &ids, &commit)?;
+    step_every_receiver_holds_each_message_once(&receiver, &ids);
+    step_a_restart_finds_nothing_to_tell_again(&mut s, &receiver).await?;
+    step_gitea_has_the_commit_status_and_the_comment(&gitea, &repo, &commit, pr_number).await?;
+    step_a_destination_without_address_is_a_warning_event(&s).await?;
+    // Step 6: a failure past failingAfter is told once; its end once.
+    failing_then_recovered(&s, &receiver).await
+}
+
+/// Step 1: a newer tag is committed to the push branch and a pull request opened (the
+/// first "create" refused once); returns the commit, the pull request's number and the ids
+/// of the two messages every receiver gets.
+async fn step_a_newer_tag_is_committed_and_a_pull_request_opened(
+    s: &Scenario,
+    receiver: &Receiver,
+    pr_proxy: &FaultProxy,
+    started: std::time::Instant,
+    yaml: &str,
+) -> anyhow::Result<(String, i64, Vec<String>)> {
     let registry = s.ground.registry()?;
     let image_repo = yaml
         .lines()
@@ -344,7 +366,7 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         .unwrap_or_default();
     registry.retag(&image_repo, "v1.0.0", "v1.1.0")?;
     // The ground's shared registry notifies no one: ask for a look.
-    recheck(&s, "v1.1.0").await?;
+    recheck(s, "v1.1.0").await?;
     let w: ImageWatch = wait_until("a pull request", TIMEOUT, || async {
         let w = s.watches.get("api").await?;
         let open = w
@@ -374,9 +396,16 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         format!("committed/{commit}/v1.1.0"),
         format!("pull-request/{}/opened/v1.1.0", pr.number),
     ];
-    wait_delivered(&receiver, &["slack", "teams", "hook", "flaky"], &ids).await?;
+    wait_delivered(receiver, &["slack", "teams", "hook", "flaky"], &ids).await?;
+    Ok((commit, pr.number, ids))
+}
 
-    // Step 2: every payload has its documented shape; the webhook's HMAC verifies.
+/// Step 2: every payload has its documented shape; the webhook's HMAC verifies.
+fn step_every_payload_has_its_documented_shape(
+    receiver: &Receiver,
+    ids: &[String],
+    commit: &str,
+) -> anyhow::Result<()> {
     for r in receiver.all("slack") {
         check_slack(&serde_json::from_slice(&r.body)?)
             .map_err(|e| anyhow::anyhow!("Slack: {e}"))?;
@@ -399,16 +428,19 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         .as_str()
         .unwrap_or_default();
     assert!(
-        text.contains("v1.0.0 → v1.1.0") && text.contains(&commit),
+        text.contains("v1.0.0 → v1.1.0") && text.contains(commit),
         "{text}"
     );
     eprintln!(
         "Slack payload of the commit:\n{}",
         serde_json::to_string_pretty(committed)?
     );
+    Ok(())
+}
 
-    // Step 3: the flaky receiver answered 500 once, yet holds each message once; every
-    // receiver holds each message once.
+/// Step 3: the flaky receiver answered 500 once, yet holds each message once; every
+/// receiver holds each message once.
+fn step_every_receiver_holds_each_message_once(receiver: &Receiver, ids: &[String]) {
     assert_eq!(
         receiver
             .all("flaky")
@@ -422,22 +454,35 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         assert_eq!(got.keys().cloned().collect::<Vec<_>>(), ids, "{path}");
         assert!(got.values().all(|v| v.len() == 1), "{path}: {got:?}");
     }
+}
 
-    // Step 3b: a restart finds nothing to tell again. The restarted operator's look at the
-    // watch is confirmed by a re-check it records.
+/// Step 3b: a restart finds nothing to tell again. The restarted operator's look at the
+/// watch is confirmed by a re-check it records.
+async fn step_a_restart_finds_nothing_to_tell_again(
+    s: &mut Scenario,
+    receiver: &Receiver,
+) -> anyhow::Result<()> {
     let before: Vec<usize> = ["slack", "teams", "hook", "flaky"]
         .iter()
         .map(|p| receiver.all(p).len())
         .collect();
     s.operator.restart()?;
-    recheck(&s, "after-restart").await?;
+    recheck(s, "after-restart").await?;
     let after: Vec<usize> = ["slack", "teams", "hook", "flaky"]
         .iter()
         .map(|p| receiver.all(p).len())
         .collect();
     assert_eq!(before, after, "a restart sent messages again");
+    Ok(())
+}
 
-    // Step 4: Gitea has the commit status and the comment.
+/// Step 4: Gitea has the commit status and the comment.
+async fn step_gitea_has_the_commit_status_and_the_comment(
+    gitea: &Gitea,
+    repo: &str,
+    commit: &str,
+    pr_number: i64,
+) -> anyhow::Result<()> {
     let statuses = wait_until("the commit status", TIMEOUT, || async {
         let v = gitea
             .call(
@@ -455,7 +500,7 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         let v = gitea
             .call(
                 Method::GET,
-                &format!("/repos/{repo}/issues/{}/comments", pr.number),
+                &format!("/repos/{repo}/issues/{}/comments", pr_number),
                 None,
             )
             .await?;
@@ -464,11 +509,14 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
     .await?;
     let body = comments[0]["body"].as_str().unwrap_or_default();
     assert!(
-        body.contains(&format!("pull request #{} opened", pr.number)),
+        body.contains(&format!("pull request #{} opened", pr_number)),
         "{body}"
     );
+    Ok(())
+}
 
-    // Step 5: the destination whose Secret lacks `address` is a Warning Event, not a crash.
+/// Step 5: the destination whose Secret lacks `address` is a Warning Event, not a crash.
+async fn step_a_destination_without_address_is_a_warning_event(s: &Scenario) -> anyhow::Result<()> {
     let note = wait_until("a NotificationFailed Event", TIMEOUT, || async {
         let events = s
             .ground
@@ -493,9 +541,7 @@ async fn notifications_reach_slack_teams_a_signed_webhook_and_gitea_once_each() 
         "{note}"
     );
     assert!(!note.contains("https://"), "no URL in an Event: {note}");
-
-    // Step 6: a failure past failingAfter is told once; its end once.
-    failing_then_recovered(&s, &receiver).await
+    Ok(())
 }
 
 /// Asks for a look at the watch and waits until the operator recorded it.

@@ -7,13 +7,12 @@
 //! - ECR in moto: members found through `DescribeRepositories`, `hoge/*/*/*` written to
 //!   `services/$1/$2/$3/overlays/stg`, as in the field report.
 
-use std::process::Command;
-
 use imagewatch::registry::{Credentials, RegistryClient, RegistryOptions, TagPaging};
 use imagewatch_crd::{ImageWatch, imagewatch::MemberStatus};
 use imagewatch_e2e::{
-    ground::{random_suffix, repo_root},
-    setup::{Scenario, TIMEOUT, ready, webhook_scenario},
+    NotifyingRegistry,
+    ground::{GitServer, random_suffix},
+    setup::{Scenario, TIMEOUT, moto, moto_credentials, ready, webhook_scenario},
     wait_until,
 };
 
@@ -45,69 +44,24 @@ fn deployment(name: &str, image: &str) -> String {
     )
 }
 
-#[tokio::test]
-async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry()
--> anyhow::Result<()> {
-    let (registry, host, s, _) = webhook_scenario("pattern", &[]).await?;
-    let (user, password) = (
-        registry.var("IMAGEWATCH_REGISTRY_USER"),
-        registry.var("IMAGEWATCH_REGISTRY_PASSWORD"),
-    );
+const APPS: [&str; 3] = ["alpha", "beta", "gamma"];
 
-    // Three services and one repository the pattern does not match.
-    let apps = ["alpha", "beta", "gamma"];
-    for app in apps {
-        registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.0.0")])?;
-        registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.1.0")])?;
-    }
-    registry.script("push-image.sh", &["svc/alpha/worker:v9.0.0"])?;
+/// What the steps share: the registry, the manifests repository and the scenario.
+struct Patterns {
+    registry: NotifyingRegistry,
+    /// The registry's `host:port`.
+    host: String,
+    git: GitServer,
+    repo_name: String,
+    /// The manifests repository's URL.
+    url: String,
+    s: Scenario,
+}
 
-    // The catalog, read in pages of two (following the registry's `Link` headers).
-    let client = RegistryClient::with_paging(
-        RegistryOptions {
-            insecure_hosts: vec![host.clone()],
-            ..RegistryOptions::default()
-        },
-        TagPaging {
-            page_size: Some(2),
-            max_pages: 10,
-        },
-    )?;
-    let (names, pages) = client
-        .list_repositories_paged(&host, &Credentials::basic(&user, &password))
-        .await?;
-    assert_eq!(
-        names,
-        vec![
-            "svc/alpha/api",
-            "svc/alpha/worker",
-            "svc/beta/api",
-            "svc/gamma/api"
-        ]
-    );
-    assert!(
-        pages >= 2,
-        "four names in pages of two, read in {pages} page(s)"
-    );
-
-    // Git holds v1.0.0 for every service, each in its own overlay.
-    let seed = tempfile::tempdir()?;
-    for app in apps {
-        let dir = seed.path().join(format!("apps/{app}/overlays/stg"));
-        std::fs::create_dir_all(&dir)?;
-        std::fs::write(
-            dir.join("deployment.yaml"),
-            deployment(
-                &format!("{app}-api"),
-                &format!("{host}/svc/{app}/api:v1.0.0"),
-            ),
-        )?;
-    }
-    let git = s.ground.git()?;
-    let repo_name = format!("pattern-{}", s.ns.name);
-    let url = git.new_repo(&repo_name, seed.path())?;
-
-    let watch = |name: &str, path: &str| {
+impl Patterns {
+    /// The ImageWatch `name` following `host/svc/*/api` into the Deployment `$1-api` at `path`.
+    fn watch(&self, name: &str, path: &str) -> String {
+        let Self { host, url, s, .. } = self;
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
@@ -123,8 +77,117 @@ spec:
 "#,
             ns = s.ns.name
         )
+    }
+}
+
+#[tokio::test]
+async fn a_pattern_follows_every_matching_repository_of_a_distribution_registry()
+-> anyhow::Result<()> {
+    let (registry, host, s, _) = webhook_scenario("pattern", &[]).await?;
+    step_push_three_services_and_an_unmatched_repository(&registry)?;
+    step_the_catalog_is_read_in_pages_of_two(&registry, &host).await?;
+    let (git, repo_name, url) = step_seed_git_with_v1_for_every_service(&s, &host)?;
+    let c = Patterns {
+        registry,
+        host,
+        git,
+        repo_name,
+        url,
+        s,
     };
-    s.apply(&watch("services", "apps/$1/overlays/stg"))?;
+    step_one_commit_moves_the_three_services(&c).await?;
+    step_a_new_repository_becomes_a_member_at_once(&c).await?;
+    step_a_members_push_still_moves_that_member(&c).await?;
+    step_a_reference_to_a_missing_capture_is_refused(&c).await?;
+    step_the_apiserver_refuses_a_star_in_the_host_or_inside_a_segment(&c)
+}
+
+/// Three services and one repository the pattern does not match.
+fn step_push_three_services_and_an_unmatched_repository(
+    registry: &NotifyingRegistry,
+) -> anyhow::Result<()> {
+    for app in APPS {
+        registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.0.0")])?;
+        registry.script("push-image.sh", &[&format!("svc/{app}/api:v1.1.0")])?;
+    }
+    registry.script("push-image.sh", &["svc/alpha/worker:v9.0.0"])?;
+    Ok(())
+}
+
+/// The catalog, read in pages of two (following the registry's `Link` headers).
+async fn step_the_catalog_is_read_in_pages_of_two(
+    registry: &NotifyingRegistry,
+    host: &str,
+) -> anyhow::Result<()> {
+    let (user, password) = (
+        registry.var("IMAGEWATCH_REGISTRY_USER"),
+        registry.var("IMAGEWATCH_REGISTRY_PASSWORD"),
+    );
+    // The catalog, read in pages of two (following the registry's `Link` headers).
+    let client = RegistryClient::with_paging(
+        RegistryOptions {
+            insecure_hosts: vec![host.to_string()],
+            ..RegistryOptions::default()
+        },
+        TagPaging {
+            page_size: Some(2),
+            max_pages: 10,
+        },
+    )?;
+    let (names, pages) = client
+        .list_repositories_paged(host, &Credentials::basic(&user, &password))
+        .await?;
+    assert_eq!(
+        names,
+        vec![
+            "svc/alpha/api",
+            "svc/alpha/worker",
+            "svc/beta/api",
+            "svc/gamma/api"
+        ]
+    );
+    assert!(
+        pages >= 2,
+        "four names in pages of two, read in {pages} page(s)"
+    );
+    Ok(())
+}
+
+/// Git holds v1.0.0 for every service, each in its own overlay; returns the server, the
+/// repository's name and its URL.
+fn step_seed_git_with_v1_for_every_service(
+    s: &Scenario,
+    host: &str,
+) -> anyhow::Result<(GitServer, String, String)> {
+    let seed = tempfile::tempdir()?;
+    for app in APPS {
+        let dir = seed.path().join(format!("apps/{app}/overlays/stg"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(
+            dir.join("deployment.yaml"),
+            deployment(
+                &format!("{app}-api"),
+                &format!("{host}/svc/{app}/api:v1.0.0"),
+            ),
+        )?;
+    }
+    let git = s.ground.git()?;
+    let repo_name = format!("pattern-{}", s.ns.name);
+    let url = git.new_repo(&repo_name, seed.path())?;
+
+    Ok((git, repo_name, url))
+}
+
+/// One commit moves the three services; the status lists them, all ready.
+async fn step_one_commit_moves_the_three_services(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        host,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
+    s.apply(&c.watch("services", "apps/$1/overlays/stg"))?;
 
     // One commit moves the three services; the status lists them, all ready.
     let w = s.wait_ready("services", "True", "Updated").await?;
@@ -145,17 +208,17 @@ spec:
     );
     assert_eq!(listed[1].captures, vec!["beta"]);
     assert_eq!(
-        git.commit_count(&repo_name, "main")?,
+        git.commit_count(repo_name, "main")?,
         2,
         "one commit for all"
     );
-    let head = git.git(&repo_name, &["rev-parse", "main"])?;
+    let head = git.git(repo_name, &["rev-parse", "main"])?;
     assert!(
         listed
             .iter()
             .all(|m| m.commit.as_deref() == Some(head.trim()))
     );
-    let touched = git.git(&repo_name, &["show", "--name-only", "--format=", "main"])?;
+    let touched = git.git(repo_name, &["show", "--name-only", "--format=", "main"])?;
     let mut touched: Vec<&str> = touched.lines().filter(|l| !l.is_empty()).collect();
     touched.sort();
     assert_eq!(
@@ -166,10 +229,10 @@ spec:
             "apps/gamma/overlays/stg/deployment.yaml",
         ]
     );
-    for app in apps {
+    for app in APPS {
         assert_eq!(
             git.show(
-                &repo_name,
+                repo_name,
                 "main",
                 &format!("apps/{app}/overlays/stg/deployment.yaml")
             )?,
@@ -191,11 +254,21 @@ spec:
         explain.contains("captures") && explain.contains("What each `*` of `spec.image` matched"),
         "{explain}"
     );
+    Ok(())
+}
 
-    // A new repository: its push event (the watch polls only hourly) makes it a member at
-    // once. Git has no overlay for it, which is reported on that member; the others stay.
+/// A new repository: its push event (the watch polls only hourly) makes it a member at
+/// once. Git has no overlay for it, which is reported on that member; the others stay.
+async fn step_a_new_repository_becomes_a_member_at_once(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        registry,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
     registry.script("push-image.sh", &["svc/delta/api:v1.0.0"])?;
-    let w = wait_watch(&s, "services", "svc/delta/api reported", |w| {
+    let w = wait_watch(s, "services", "svc/delta/api reported", |w| {
         w.status.as_ref().and_then(|st| st.member_count) == Some(4)
     })
     .await?;
@@ -222,19 +295,29 @@ spec:
         "{delta:?}"
     );
     assert_eq!(members(&w).iter().filter(|m| m.ready).count(), 3);
-    assert_eq!(git.commit_count(&repo_name, "main")?, 2);
+    assert_eq!(git.commit_count(repo_name, "main")?, 2);
+    Ok(())
+}
 
-    // A member's push still moves that member.
+/// A member's push still moves that member.
+async fn step_a_members_push_still_moves_that_member(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns {
+        registry,
+        git,
+        repo_name,
+        s,
+        ..
+    } = c;
     registry.script("push-image.sh", &["svc/beta/api:v1.2.0"])?;
-    let w = wait_watch(&s, "services", "svc/beta/api applied v1.2.0", |w| {
+    let w = wait_watch(s, "services", "svc/beta/api applied v1.2.0", |w| {
         members(w)
             .iter()
             .any(|m| m.repository == "svc/beta/api" && m.applied.as_deref() == Some("v1.2.0"))
     })
     .await?;
-    assert_eq!(git.commit_count(&repo_name, "main")?, 3);
+    assert_eq!(git.commit_count(repo_name, "main")?, 3);
     assert!(
-        git.show(&repo_name, "main", "apps/beta/overlays/stg/deployment.yaml")?
+        git.show(repo_name, "main", "apps/beta/overlays/stg/deployment.yaml")?
             .contains("svc/beta/api:v1.2.0")
     );
     assert_eq!(
@@ -242,9 +325,13 @@ spec:
         Some("MembersNotReady"),
         "delta still has no target"
     );
+    Ok(())
+}
 
-    // `$n` must name a capture the image has: refused before anything is read.
-    s.apply(&watch("bad-reference", "apps/$2/overlays/stg"))?;
+/// `$n` must name a capture the image has: refused before anything is read.
+async fn step_a_reference_to_a_missing_capture_is_refused(c: &Patterns) -> anyhow::Result<()> {
+    let Patterns { host, s, .. } = c;
+    s.apply(&c.watch("bad-reference", "apps/$2/overlays/stg"))?;
     let bad = s
         .wait_ready("bad-reference", "False", "InvalidSpec")
         .await?;
@@ -255,13 +342,20 @@ spec:
             "spec.target.workload.path \"apps/$2/overlays/stg\" refers to $2, but spec.image \"{host}/svc/*/api\" has 1 '*' segment ($1)"
         )
     );
+    Ok(())
+}
 
-    // The apiserver refuses a '*' in the host or inside a segment.
+/// The apiserver refuses a '*' in the host or inside a segment.
+fn step_the_apiserver_refuses_a_star_in_the_host_or_inside_a_segment(
+    c: &Patterns,
+) -> anyhow::Result<()> {
+    let Patterns { host, s, .. } = c;
     for image in [
         format!("{host}/svc-*/api"),
         "*.example.com/svc/api".to_string(),
     ] {
-        let yaml = watch("refused", "apps/x")
+        let yaml = c
+            .watch("refused", "apps/x")
             .replace(&format!("\"{host}/svc/*/api\""), &format!("\"{image}\""));
         let (ok, out) = s.ground.kubectl_try(&["apply", "-f", "-"], Some(&yaml))?;
         assert!(!ok, "{image} accepted");
@@ -271,20 +365,6 @@ spec:
         );
     }
     Ok(())
-}
-
-fn moto(args: &[&str], env: &[(String, String)]) -> anyhow::Result<String> {
-    let out = Command::new(repo_root().join("e2e/scripts/moto.sh"))
-        .arg("helpers")
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "moto {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn kustomization(image: &str, tag: &str) -> String {
@@ -297,12 +377,7 @@ fn kustomization(image: &str, tag: &str) -> String {
 async fn an_ecr_pattern_enumerates_repositories_with_describe_repositories() -> anyhow::Result<()> {
     let ground = imagewatch_e2e::Ground::get()?;
     let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let aws_env = vec![
-        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
-        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
-        ("AWS_REGION".to_string(), "us-east-1".to_string()),
-    ];
+    let aws_env = moto_credentials(ground)?;
     // moto is shared by every test: this test's repositories have their own first segment.
     let top = format!("hoge-{}", random_suffix());
     let registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com";

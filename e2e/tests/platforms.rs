@@ -4,22 +4,12 @@
 //! `status.refused` and the Ready condition, nothing committed); the next two-platform
 //! index is written and the refusal clears.
 
-use imagewatch_crd::ImageWatch;
 use imagewatch_e2e::{
     ground::random_suffix,
     oci_push::{BaseImage, ImagePusher},
-    setup::{Scenario, TIMEOUT, ready},
+    setup::{Scenario, TIMEOUT, applied_of, ready, refused_of},
     wait_until,
 };
-
-fn refused_of(w: &ImageWatch) -> Option<(String, String)> {
-    let r = w.status.as_ref()?.refused.as_ref()?;
-    Some((r.tag.clone(), r.reason.clone()))
-}
-
-fn applied_of(w: &ImageWatch) -> Option<String> {
-    Some(w.status.as_ref()?.applied.as_ref()?.tag.clone())
-}
 
 #[tokio::test]
 async fn only_tags_with_every_wanted_platform_are_written() -> anyhow::Result<()> {

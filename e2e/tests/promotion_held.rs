@@ -10,19 +10,16 @@ use std::time::Duration;
 
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
+    argocd::source_file,
     ground::random_suffix,
     operator::metric,
-    setup::{Scenario, TIMEOUT},
+    setup::{Scenario, TIMEOUT, policy_condition, wait_policy_for},
     wait_until,
 };
 use kube::Api;
 
 const STG_FILE: &str = "overlays/staging/.argocd-source-my-api-stg.yaml";
 const PRD_FILE: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
-
-fn argocd_source(image: &str) -> String {
-    format!("# image tags (managed by imagewatch)\nkustomize:\n  images:\n  - {image}\n")
-}
 
 fn policy_yaml(ns: &str, url: &str, mode: Option<&str>) -> String {
     let mode = mode.map_or(String::new(), |m| format!("\n  onGitChange: {m}"));
@@ -41,39 +38,14 @@ spec:
     )
 }
 
-/// `(status, reason, message)` of a condition of a policy.
-fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
+/// Waits until the policy `my-api` satisfies `check`.
 async fn wait_policy(
     s: &Scenario,
     what: &str,
     check: impl Fn(&PromotionPolicy) -> bool,
 ) -> anyhow::Result<PromotionPolicy> {
     let api: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
-    wait_until(what, TIMEOUT, || async {
-        let p = api.get("my-api").await?;
-        Ok(check(&p).then_some(p))
-    })
-    .await
-    .map_err(|e| {
-        let status = futures::executor::block_on(api.get("my-api"))
-            .ok()
-            .and_then(|p| p.status)
-            .map(|st| serde_json::to_string_pretty(&st).unwrap_or_default())
-            .unwrap_or_default();
-        anyhow::anyhow!(
-            "{e}\n--- policy status ---\n{status}\n--- operator log ---\n{}",
-            s.operator.log_tail(60)
-        )
-    })
+    wait_policy_for(s, &api, "my-api", what, TIMEOUT, check).await
 }
 
 /// PromotionPolicy reconciles of the scenario's operator (every poll adds one).
@@ -125,7 +97,7 @@ async fn promoted_then_reverted(
     for (file, tag) in [(STG_FILE, "v1.4.0"), (PRD_FILE, "v1.3.9")] {
         let path = seed.path().join(file);
         std::fs::create_dir_all(path.parent().expect("a directory"))?;
-        std::fs::write(&path, argocd_source(&format!("{image}:{tag}")))?;
+        std::fs::write(&path, source_file(&[format!("{image}:{tag}")]))?;
     }
     let repo = format!("{prefix}-{}", s.ns.name);
     let url = git.new_repo(&repo, seed.path())?;
@@ -133,7 +105,7 @@ async fn promoted_then_reverted(
 
     // v1.4.0 is promoted, by a commit carrying the policy's trailer.
     wait_policy(&s, "v1.4.0 committed", |p| {
-        condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
+        policy_condition(p, conditions::READY).is_some_and(|c| c.1 == "Committed")
     })
     .await?;
     assert_eq!(git.commit_count(&repo, "main")?, 2);
@@ -148,20 +120,22 @@ async fn promoted_then_reverted(
     let revert = git.commit_files(
         &repo,
         "main",
-        &[(PRD_FILE, Some(&argocd_source(&format!("{image}:v1.3.9"))))],
+        &[(PRD_FILE, Some(&source_file(&[format!("{image}:v1.3.9")])))],
         "Revert my-api to v1.3.9 in production: v1.4.0 is broken",
     )?;
     let p = wait_policy(&s, "the policy holds my-api", |p| {
-        condition(p, conditions::HELD).is_some_and(|c| c.0 == "True")
+        policy_condition(p, conditions::HELD).is_some_and(|c| c.0 == "True")
     })
     .await?;
-    let (_, reason, message) = condition(&p, conditions::HELD).expect("a Held condition");
+    let (_, reason, message) = policy_condition(&p, conditions::HELD).expect("a Held condition");
     assert_eq!(reason, "ChangedInGit");
     assert!(message.contains(&revert[..12]), "{message}");
     assert!(message.contains("dev <dev@example.invalid>"), "{message}");
     assert!(message.contains("set v1.3.9 over v1.4.0"), "{message}");
     assert_eq!(
-        condition(&p, conditions::READY).map(|c| c.1).as_deref(),
+        policy_condition(&p, conditions::READY)
+            .map(|c| c.1)
+            .as_deref(),
         Some("ChangedInGit"),
         "Ready says why too"
     );
@@ -218,7 +192,7 @@ async fn a_reverted_promotion_is_held_until_the_source_offers_another_tag() -> a
     git.commit_files(
         &repo,
         "main",
-        &[(STG_FILE, Some(&argocd_source(&format!("{image}:v1.4.1"))))],
+        &[(STG_FILE, Some(&source_file(&[format!("{image}:v1.4.1")])))],
         "staging: my-api v1.4.1",
     )?;
     let p = wait_policy(&s, "v1.4.1 promoted", |p| {
@@ -232,7 +206,7 @@ async fn a_reverted_promotion_is_held_until_the_source_offers_another_tag() -> a
     assert!(git.show(&repo, "main", PRD_FILE)?.contains(":v1.4.1"));
     assert_eq!(git.commit_count(&repo, "main")?, 5);
     assert_eq!(
-        condition(&p, conditions::HELD).map(|c| (c.0, c.1)),
+        policy_condition(&p, conditions::HELD).map(|c| (c.0, c.1)),
         Some(("False".to_string(), "NotHeld".to_string()))
     );
     assert!(p.status.as_ref().is_some_and(|st| st.held.is_empty()));
@@ -247,7 +221,7 @@ async fn hold_resumes_the_promotion_only_on_the_annotation() -> anyhow::Result<(
     git.commit_files(
         &repo,
         "main",
-        &[(STG_FILE, Some(&argocd_source(&format!("{image}:v1.4.1"))))],
+        &[(STG_FILE, Some(&source_file(&[format!("{image}:v1.4.1")])))],
         "staging: my-api v1.4.1",
     )?;
     wait_policy(&s, "the candidate is v1.4.1", |p| {
@@ -270,7 +244,7 @@ async fn hold_resumes_the_promotion_only_on_the_annotation() -> anyhow::Result<(
         &format!("imagewatch.dev/resume={}", &revert[..12]),
     ])?;
     wait_policy(&s, "v1.4.1 promoted", |p| {
-        condition(p, conditions::HELD).is_some_and(|c| c.1 == "NotHeld")
+        policy_condition(p, conditions::HELD).is_some_and(|c| c.1 == "NotHeld")
     })
     .await?;
     assert!(git.show(&repo, "main", PRD_FILE)?.contains(":v1.4.1"));

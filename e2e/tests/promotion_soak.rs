@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use imagewatch_crd::{PromotionPolicy, conditions};
 use imagewatch_e2e::{
+    argocd::source_file,
     ground::{GitServer, random_suffix},
     setup::{Scenario, TIMEOUT},
     wait_until,
@@ -21,10 +22,6 @@ const RUNNING_FILE: &str = "overlays/production-running/.argocd-source-my-api-pr
 const SOAK_SECS: i64 = 15;
 const BUILDS: usize = 8;
 const BUILD_EVERY: Duration = Duration::from_secs(5);
-
-fn argocd_source(image: &str) -> String {
-    format!("# image tags (managed by imagewatch)\nkustomize:\n  images:\n  - {image}\n")
-}
 
 fn policy_yaml(ns: &str, name: &str, url: &str, to: &str, since: &str) -> String {
     format!(
@@ -77,7 +74,7 @@ async fn first_applied_soak_keeps_promoting_under_builds_faster_than_the_soak() 
     ] {
         let path = seed.path().join(file);
         std::fs::create_dir_all(path.parent().expect("a directory"))?;
-        std::fs::write(&path, argocd_source(&format!("{image}:{tag}")))?;
+        std::fs::write(&path, source_file(&[format!("{image}:{tag}")]))?;
     }
     let repo = format!("promo-soak-{}", s.ns.name);
     let url = git.new_repo(&repo, seed.path())?;
@@ -105,7 +102,7 @@ async fn first_applied_soak_keeps_promoting_under_builds_faster_than_the_soak() 
         git.commit_files(
             &repo,
             "main",
-            &[(STG_FILE, Some(&argocd_source(&format!("{image}:b{build}"))))],
+            &[(STG_FILE, Some(&source_file(&[format!("{image}:b{build}")])))],
             &format!("ci: staging build b{build}"),
         )?;
     }

@@ -11,7 +11,7 @@ use std::{
 use imagewatch_crd::{ImageWatch, PromotionPolicy, conditions};
 use imagewatch_e2e::{
     ground::{Registry, random_suffix, repo_root},
-    setup::{Scenario, TIMEOUT, create_secret, ready},
+    setup::{Scenario, TIMEOUT, applied_of, create_secret, policy_condition, ready, refused_of},
     wait_until,
 };
 use kube::Api;
@@ -110,15 +110,6 @@ fn seed(dir: &Path, image: &str) -> anyhow::Result<()> {
         ),
     )?;
     Ok(())
-}
-
-fn refused_of(w: &ImageWatch) -> Option<(String, String)> {
-    let r = w.status.as_ref()?.refused.as_ref()?;
-    Some((r.tag.clone(), r.reason.clone()))
-}
-
-fn applied_of(w: &ImageWatch) -> Option<String> {
-    Some(w.status.as_ref()?.applied.as_ref()?.tag.clone())
 }
 
 /// Waits until the watch refuses `tag` with `reason` (and Ready says so).
@@ -405,16 +396,6 @@ spec:
     Ok(())
 }
 
-fn condition(p: &PromotionPolicy, type_: &str) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 async fn wait_gate(
     s: &Scenario,
     api: &Api<PromotionPolicy>,
@@ -423,7 +404,7 @@ async fn wait_gate(
 ) -> anyhow::Result<PromotionPolicy> {
     wait_until(&format!("{type_} reason {reason}"), TIMEOUT, || async {
         let p = api.get("my-api").await?;
-        Ok(condition(&p, type_)
+        Ok(policy_condition(&p, type_)
             .is_some_and(|c| c.1 == reason)
             .then_some(p))
     })
@@ -532,7 +513,7 @@ spec:
     );
 
     let p = wait_gate(&s, &policies, conditions::GATES_PASSING, "SignatureMissing").await?;
-    let message = condition(&p, conditions::GATES_PASSING)
+    let message = policy_condition(&p, conditions::GATES_PASSING)
         .map(|c| c.2)
         .unwrap_or_default();
     assert!(

@@ -12,13 +12,13 @@ use std::time::Duration;
 use imagewatch_crd::{ImageWatch, PromotionPolicy};
 use imagewatch_e2e::{
     Ground, Operator, TestNamespace,
-    argocd::ArgoCd,
-    ground::{GitServer, random_suffix},
+    argocd::{AppGuard, ArgoCd},
+    ground::{GitServer, Registry, random_suffix},
     operator::metric,
     setup::{create_git_secret, create_secret, ready},
     wait_until,
 };
-use kube::Api;
+use kube::{Api, Client};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -240,13 +240,47 @@ fn seed(image: &str, marker: &str) -> anyhow::Result<tempfile::TempDir> {
     Ok(dir)
 }
 
+/// What team-b owns and team-a must never see: its private repository (content marker and
+/// head commit included) and its Argo CD Applications.
+struct TeamB {
+    /// The image team-b's watch follows.
+    image: String,
+    /// A string only team-b's file holds.
+    marker: String,
+    repo: String,
+    url: String,
+    /// The repository's head commit.
+    head: String,
+    /// The Application in Argo CD's namespace.
+    b_app: String,
+    /// The Application in team-b's own namespace.
+    b_own: String,
+}
+
+/// The target of every watch in these tenancy steps.
+const TARGET: &str =
+    "target: {workload: {path: apps/b, kind: Deployment, name: api, container: api}}";
+
 #[tokio::test]
 async fn a_tenant_never_sees_another_tenants_repository() -> anyhow::Result<()> {
     let t = Tenants::start(&[], &[]).await?;
-    let (a, b) = (t.a.name.clone(), t.b.name.clone());
+    step_the_namespaced_install_reads_secrets_in_its_namespaces_only(&t)?;
+    let git = t.ground.git()?;
+    let admin = t.ground.admin().await?;
+    let tb = step_team_b_watches_a_private_repository(&t, &git, &admin).await?;
+    let _apps = step_team_b_has_argo_cd_applications(&t, &tb)?;
+    let (by_url, mut seen) = step_team_a_reaching_for_it_is_refused(&t, &tb).await?;
+    step_a_gate_naming_team_bs_application_shows_nothing(&t, &tb, &git, &admin, &mut seen).await?;
+    step_nothing_of_team_b_reaches_team_a(&t, &tb, &by_url, seen)?;
+    step_team_b_is_still_served_and_its_repository_unchanged(&t, &tb, &git).await
+}
 
-    // Namespaced install: the ServiceAccount reads Secrets in its namespaces only, and nothing
-    // at cluster scope.
+/// Namespaced install: the ServiceAccount reads Secrets in its namespaces only, and nothing
+/// at cluster scope.
+fn step_the_namespaced_install_reads_secrets_in_its_namespaces_only(
+    t: &Tenants,
+) -> anyhow::Result<()> {
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
     assert!(t.can_i(&["get", "secrets", "-n", &a])?);
     assert!(t.can_i(&["list", "imagewatches.imagewatch.dev", "-n", &b])?);
     assert!(!t.can_i(&["get", "secrets", "-n", "default"])?);
@@ -254,10 +288,17 @@ async fn a_tenant_never_sees_another_tenants_repository() -> anyhow::Result<()> 
     assert!(!t.can_i(&["list", "imagewatches.imagewatch.dev", "--all-namespaces"])?);
     assert!(!t.can_i(&["get", "secrets", "--all-namespaces"])?);
     assert!(!t.can_i(&["create", "events.events.k8s.io", "-n", "default"])?);
+    Ok(())
+}
 
-    // team-b: a private repository, read and written with team-b's credentials.
+/// team-b: a private repository, read and written with team-b's credentials.
+async fn step_team_b_watches_a_private_repository(
+    t: &Tenants,
+    git: &GitServer,
+    admin: &Client,
+) -> anyhow::Result<TeamB> {
+    let b = t.b.name.clone();
     let registry = t.ground.registry()?;
-    let git = t.ground.git()?;
     let image_repo = format!("e2e/tenant-{}", random_suffix());
     registry.push(&image_repo, "v1.0.0")?;
     let image = format!("{}/{image_repo}", registry.host);
@@ -265,9 +306,8 @@ async fn a_tenant_never_sees_another_tenants_repository() -> anyhow::Result<()> 
     let repo = format!("tenant-b-{}", random_suffix());
     let url = git.new_repo(&repo, seed(&image, &marker)?.path())?;
     let head = git.git(&repo, &["rev-parse", "main"])?.trim().to_string();
-    let admin = t.ground.admin().await?;
-    create_git_secret(&admin, &b, &git).await?;
-    let target = "target: {workload: {path: apps/b, kind: Deployment, name: api, container: api}}";
+    create_git_secret(admin, &b, git).await?;
+    let target = TARGET;
     t.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
 kind: ImageWatch
@@ -280,12 +320,27 @@ spec:
 "#
     ))?;
     t.wait_reason(&b, "b-api", "UpToDate").await?;
-
-    // team-b's Argo CD Applications: one in Argo CD's namespace, one in team-b's own.
     let (b_app, b_own) = (
         format!("b-app-{}", random_suffix()),
         format!("b-own-{}", random_suffix()),
     );
+    Ok(TeamB {
+        image,
+        marker,
+        repo,
+        url,
+        head,
+        b_app,
+        b_own,
+    })
+}
+
+/// team-b's Argo CD Applications: one in Argo CD's namespace, one in team-b's own.
+fn step_team_b_has_argo_cd_applications(t: &Tenants, tb: &TeamB) -> anyhow::Result<AppGuard> {
+    let b = t.b.name.clone();
+    let TeamB {
+        url, b_app, b_own, ..
+    } = tb;
     let mut apps = String::new();
     for (app_ns, name) in [(t.argocd.namespace.as_str(), &b_app), (b.as_str(), &b_own)] {
         apps.push_str(&format!(
@@ -300,10 +355,27 @@ spec:
 "#
         ));
     }
-    let _apps = t.argocd.apply(&apps, &[&b_app])?;
+    let apps = t.argocd.apply(&apps, &[b_app.as_str()])?;
+    Ok(apps)
+}
 
-    // team-a, without credentials for that repository: by URL, and by naming team-b's
-    // Applications in a tracking annotation (both forms) or an instance label.
+/// team-a, without credentials for that repository: by URL, and by naming team-b's
+/// Applications in a tracking annotation (both forms) or an instance label. Returns the
+/// watch by URL and every status team-a was shown.
+async fn step_team_a_reaching_for_it_is_refused(
+    t: &Tenants,
+    tb: &TeamB,
+) -> anyhow::Result<(ImageWatch, Vec<String>)> {
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
+    let TeamB {
+        image,
+        repo,
+        url,
+        b_app,
+        b_own,
+        ..
+    } = tb;
+    let target = TARGET;
     let watch = |name: &str, meta: &str, git: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
@@ -347,17 +419,29 @@ spec:
         let w = t.wait_reason(&a, name, "NotAllowed").await?;
         let status = serde_json::to_string(&w.status)?;
         assert!(
-            !status.contains(&url),
+            !status.contains(url.as_str()),
             "{name} shows team-b's URL: {status}"
         );
         assert!(
-            !status.contains(&repo),
+            !status.contains(repo.as_str()),
             "{name} shows team-b's repository: {status}"
         );
         seen.push(status);
     }
-    // A PromotionPolicy of team-a (in its own repository) whose application gate names
-    // team-b's Application: answered as if it did not exist, nothing of it shown.
+    Ok((by_url, seen))
+}
+
+/// A PromotionPolicy of team-a (in its own repository) whose application gate names
+/// team-b's Application: answered as if it did not exist, nothing of it shown.
+async fn step_a_gate_naming_team_bs_application_shows_nothing(
+    t: &Tenants,
+    tb: &TeamB,
+    git: &GitServer,
+    admin: &Client,
+    seen: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    let a = t.a.name.clone();
+    let b_app = &tb.b_app;
     let a_dir = tempfile::tempdir()?;
     for (overlay, tag) in [("staging", "v2.0.0"), ("production", "v1.0.0")] {
         let path = a_dir.path().join("overlays").join(overlay);
@@ -371,7 +455,7 @@ spec:
     }
     let a_repo = format!("tenant-a-{}", random_suffix());
     let a_url = git.new_repo(&a_repo, a_dir.path())?;
-    create_git_secret(&admin, &a, &git).await?;
+    create_git_secret(admin, &a, git).await?;
     t.apply(&format!(
         r#"apiVersion: imagewatch.dev/v1alpha1
 kind: PromotionPolicy
@@ -410,19 +494,30 @@ spec:
     );
     assert_eq!(git.commit_count(&a_repo, "main")?, 1, "nothing promoted");
     seen.push(serde_json::to_string(&gated.1.status)?);
+    Ok(())
+}
 
-    // The Events of team-a's namespace, once every watch has reported.
+/// The Events of team-a's namespace, once every watch has reported, and everything else
+/// team-a was shown hold nothing of team-b's repository.
+fn step_nothing_of_team_b_reaches_team_a(
+    t: &Tenants,
+    tb: &TeamB,
+    by_url: &ImageWatch,
+    mut seen: Vec<String>,
+) -> anyhow::Result<()> {
+    let a = t.a.name.clone();
+    let TeamB { marker, head, .. } = tb;
     seen.push(
         t.ground
             .kubectl(&["get", "events.events.k8s.io", "-n", &a, "-o", "json"])?,
     );
     for text in &seen {
         assert!(
-            !text.contains(&marker),
+            !text.contains(marker.as_str()),
             "team-b's file content shown to team-a: {text}"
         );
         assert!(
-            !text.contains(&head),
+            !text.contains(head.as_str()),
             "team-b's head commit shown to team-a: {text}"
         );
         assert!(
@@ -432,10 +527,19 @@ spec:
     }
     let by_url_status = serde_json::to_value(&by_url.status)?;
     assert!(by_url_status["applied"].is_null(), "{by_url_status}");
+    Ok(())
+}
 
-    // team-b is still served, and team-a's attempts changed nothing in team-b's repository.
+/// team-b is still served, and team-a's attempts changed nothing in team-b's repository.
+async fn step_team_b_is_still_served_and_its_repository_unchanged(
+    t: &Tenants,
+    tb: &TeamB,
+    git: &GitServer,
+) -> anyhow::Result<()> {
+    let b = t.b.name.clone();
+    let repo = &tb.repo;
     t.wait_reason(&b, "b-api", "UpToDate").await?;
-    assert_eq!(git.commit_count(&repo, "main")?, 1);
+    assert_eq!(git.commit_count(repo, "main")?, 1);
     Ok(())
 }
 
@@ -447,21 +551,22 @@ async fn the_allow_list_refuses_what_a_namespace_may_not_use() -> anyhow::Result
         &["allowList.enabled=true"],
     )
     .await?;
-    let configmap = format!("{}-allow", t.account);
-    let (a, b) = (t.a.name.clone(), t.b.name.clone());
     let registry = t.ground.registry()?;
     let git = t.ground.git()?;
-    let image_repo = format!("e2e/allow-{}", random_suffix());
-    registry.push(&image_repo, "v1.0.0")?;
-    let image = format!("{}/{image_repo}", registry.host);
-    let repo = format!("allow-a-{}", random_suffix());
-    let url = git.new_repo(&repo, seed(&image, "team-a")?.path())?;
     let admin = t.ground.admin().await?;
-    create_git_secret(&admin, &a, &git).await?;
-    // team-a may use its repository, but only under apps/a; team-b has no rule.
-    let allow = |paths: &str| {
-        format!(
-            r#"apiVersion: v1
+    step_team_a_may_use_its_repository_under_apps_a_only(&t, &git, &registry, &admin).await?;
+    step_watches_outside_the_rules_are_refused_and_read_nothing(&t).await?;
+    step_a_gate_asking_ecr_with_the_operators_identity_is_refused(&t, &git, &admin).await?;
+    step_a_widened_rule_is_picked_up_without_touching_the_watch(&t, &git, &registry).await
+}
+
+/// The allow-list ConfigMap (the chart's name, `<fullname>-allow`): team-a may use the
+/// ground's git server under `paths` and the registry's `e2e` prefix; team-b has no rule.
+fn allow_list(t: &Tenants, git: &GitServer, registry: &Registry, paths: &str) -> String {
+    let configmap = format!("{}-allow", t.account);
+    let a = &t.a.name;
+    format!(
+        r#"apiVersion: v1
 kind: ConfigMap
 metadata: {{name: {configmap}, namespace: {op}}}
 data:
@@ -472,12 +577,28 @@ data:
         git: [{{urlPrefix: "{prefix}", paths: [{paths}]}}]
         registries: ["{host}/e2e"]
 "#,
-            op = t.op.name,
-            prefix = git.base_url,
-            host = registry.host
-        )
-    };
-    t.apply(&allow("apps/a"))?;
+        op = t.op.name,
+        prefix = git.base_url,
+        host = registry.host
+    )
+}
+
+/// team-a may use its repository, but only under apps/a; team-b has no rule. Each applies a
+/// watch writing under apps/b.
+async fn step_team_a_may_use_its_repository_under_apps_a_only(
+    t: &Tenants,
+    git: &GitServer,
+    registry: &Registry,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
+    let image_repo = format!("e2e/allow-{}", random_suffix());
+    registry.push(&image_repo, "v1.0.0")?;
+    let image = format!("{}/{image_repo}", registry.host);
+    let repo = format!("allow-a-{}", random_suffix());
+    let url = git.new_repo(&repo, seed(&image, "team-a")?.path())?;
+    create_git_secret(admin, &a, git).await?;
+    t.apply(&allow_list(t, git, registry, "apps/a"))?;
     let watch = |ns: &str, name: &str| {
         format!(
             r#"apiVersion: imagewatch.dev/v1alpha1
@@ -493,7 +614,15 @@ spec:
     };
     t.apply(&watch(&a, "api"))?;
     t.apply(&watch(&b, "api"))?;
+    Ok(())
+}
 
+/// Both watches are refused (NotAllowed) naming the rule or its absence, nothing is read,
+/// and the refusals are Events and metrics.
+async fn step_watches_outside_the_rules_are_refused_and_read_nothing(
+    t: &Tenants,
+) -> anyhow::Result<()> {
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
     let w = t.wait_reason(&a, "api", "NotAllowed").await?;
     let message = ready(&w).map(|r| r.2).unwrap_or_default();
     assert!(
@@ -530,7 +659,18 @@ spec:
         ) >= 1.0,
         "{metrics}"
     );
+    Ok(())
+}
 
+/// A PromotionPolicy of team-a whose imageExists gate would read an ECR repository with
+/// the operator's AWS identity: the rule allows neither that registry nor the identity,
+/// so nothing is asked of ECR and nothing is written.
+async fn step_a_gate_asking_ecr_with_the_operators_identity_is_refused(
+    t: &Tenants,
+    git: &GitServer,
+    admin: &Client,
+) -> anyhow::Result<()> {
+    let a = t.a.name.clone();
     // A PromotionPolicy of team-a whose imageExists gate would read an ECR repository with
     // the operator's AWS identity: the rule allows neither that registry nor the identity,
     // so nothing is asked of ECR and nothing is written.
@@ -588,9 +728,18 @@ spec:
         ) >= 1.0,
         "{metrics}"
     );
+    Ok(())
+}
 
+/// The admin widens the rule: the change is picked up without touching the watch.
+async fn step_a_widened_rule_is_picked_up_without_touching_the_watch(
+    t: &Tenants,
+    git: &GitServer,
+    registry: &Registry,
+) -> anyhow::Result<()> {
+    let (a, b) = (t.a.name.clone(), t.b.name.clone());
     // The admin widens the rule: the change is picked up without touching the watch.
-    t.apply(&allow("apps/a, apps/b"))?;
+    t.apply(&allow_list(t, git, registry, "apps/a, apps/b"))?;
     t.wait_reason(&a, "api", "UpToDate").await?;
     assert_eq!(
         ready(&t.wait_reason(&b, "api", "NotAllowed").await?).map(|r| r.0),

@@ -7,8 +7,8 @@ use std::{path::PathBuf, time::Duration};
 use imagewatch_e2e::{
     ground::random_suffix,
     operator::metric,
-    setup::moto,
     setup::{Scenario, copy_dir, sample, webhook_scenario},
+    setup::{moto, moto_credentials},
     wait_until,
 };
 
@@ -179,12 +179,7 @@ async fn a_registry_webhook_makes_the_commit_without_waiting_for_the_poll() -> a
 async fn an_ecr_push_reaches_git_through_eventbridge_and_sqs() -> anyhow::Result<()> {
     let ground = imagewatch_e2e::Ground::get()?;
     let moto_url = ground.var("IMAGEWATCH_MOTO_URL")?.to_string();
-    let aws_env = vec![
-        ("IMAGEWATCH_MOTO_URL".to_string(), moto_url.clone()),
-        ("AWS_ACCESS_KEY_ID".to_string(), "test".to_string()),
-        ("AWS_SECRET_ACCESS_KEY".to_string(), "test".to_string()),
-        ("AWS_REGION".to_string(), "us-east-1".to_string()),
-    ];
+    let aws_env = moto_credentials(ground)?;
     let suffix = random_suffix();
     let queue = moto(&["create-queue", &format!("imagewatch-{suffix}")], &aws_env)?;
     let queue = queue.lines().last().unwrap_or_default().to_string();

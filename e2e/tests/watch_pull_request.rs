@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
-use imagewatch_crd::{ImageWatch, PullRequestState};
+use imagewatch_crd::{ImageWatch, PromotionPolicy, PullRequestState, conditions};
 use imagewatch_e2e::{
+    argocd::source_file,
     gitea::{ADMIN, Gitea},
-    ground::random_suffix,
+    ground::{Registry, random_suffix},
     operator::metric,
     seed000::{self, deployment, pattern_watch_on},
-    setup::{Scenario, create_secret},
+    setup::{Scenario, create_secret, policy_condition},
     wait_until,
 };
 use kube::{Api, api::DeleteParams};
@@ -483,7 +484,34 @@ async fn a_group_gets_one_pull_request_with_every_member() -> anyhow::Result<()>
 /// date and closes nothing more.
 #[tokio::test]
 async fn seed_001_staging_and_production_pull_requests_on_gitea() -> anyhow::Result<()> {
-    use imagewatch_crd::{PromotionPolicy, conditions};
+    let c = step_seed_gitea_the_two_registries_and_the_secrets().await?;
+    step_apply_the_staging_watch_and_the_policy(&c).await?;
+    let staging = step_a_staging_pull_request_opens_and_the_policy_waits(&c).await?;
+    let production = step_merged_staging_is_proposed_to_release(&c, staging).await?;
+    step_merged_production_leaves_the_policy_up_to_date(&c, production).await
+}
+
+/// Seed 001's Argo CD source files, staging's and production's.
+const STG: &str = "overlays/staging/.argocd-source-my-api-stg.yaml";
+const PRD: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
+
+/// What the steps of seed 001 on Gitea share.
+struct Seed001Gitea {
+    registry: Registry,
+    sfx: String,
+    /// The staging and production images (`host/e2e/acct…/my-api`).
+    stg: String,
+    prd: String,
+    /// The manifests repository on Gitea.
+    repo: String,
+    policies: Api<PromotionPolicy>,
+    gitea: Gitea,
+    s: Scenario,
+}
+
+/// v1.0.0 of both images, a Gitea repository with both overlays on main and release, and
+/// the Secrets for Gitea's git and API.
+async fn step_seed_gitea_the_two_registries_and_the_secrets() -> anyhow::Result<Seed001Gitea> {
     let s = Scenario::start("wprseed1", &[]).await?;
     let mut gitea = Gitea::start().await?;
     gitea.serve_git_over_https(s.ground)?;
@@ -494,16 +522,23 @@ async fn seed_001_staging_and_production_pull_requests_on_gitea() -> anyhow::Res
     registry.push(&format!("e2e/acct111-{sfx}/my-api"), "v1.0.0")?;
     registry.push(&format!("e2e/acct222-{sfx}/my-api"), "v1.0.0")?;
     let repo = gitea.create_repo("seed1").await?;
-    let source = |image: &str| {
-        format!("# image tags (managed by imagewatch)\nkustomize:\n  images:\n  - {image}\n")
-    };
-    const STG: &str = "overlays/staging/.argocd-source-my-api-stg.yaml";
-    const PRD: &str = "overlays/production/.argocd-source-my-api-prd.yaml";
     gitea
-        .put_file(&repo, STG, &source(&format!("{stg}:v1.0.0")), "main", None)
+        .put_file(
+            &repo,
+            STG,
+            &source_file(&[format!("{stg}:v1.0.0")]),
+            "main",
+            None,
+        )
         .await?;
     gitea
-        .put_file(&repo, PRD, &source(&format!("{prd}:v1.0.0")), "main", None)
+        .put_file(
+            &repo,
+            PRD,
+            &source_file(&[format!("{prd}:v1.0.0")]),
+            "main",
+            None,
+        )
         .await?;
     gitea.create_branch(&repo, "release", "main").await?;
     for (name, key, value) in [
@@ -516,7 +551,31 @@ async fn seed_001_staging_and_production_pull_requests_on_gitea() -> anyhow::Res
         }
         create_secret(&s.admin, &s.ns.name, name, "Opaque", &data).await?;
     }
-    let url = gitea.git_url(&repo);
+    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
+    Ok(Seed001Gitea {
+        registry,
+        sfx,
+        stg,
+        prd,
+        repo,
+        policies,
+        gitea,
+        s,
+    })
+}
+
+/// The staging watch opening pull requests into main, and the policy proposing to release
+/// by pull request; staging is up to date.
+async fn step_apply_the_staging_watch_and_the_policy(c: &Seed001Gitea) -> anyhow::Result<()> {
+    let Seed001Gitea {
+        stg,
+        prd,
+        repo,
+        gitea,
+        s,
+        ..
+    } = c;
+    let url = gitea.git_url(repo);
     let pr_settings = format!(
         "{{provider: gitea, apiUrl: \"{}\", secretRef: {{name: gitea-api}}}}",
         gitea.api
@@ -561,17 +620,23 @@ spec:
         stg_prefix = stg.trim_end_matches("my-api"),
         prd_prefix = prd.trim_end_matches("my-api"),
     ))?;
-    let policies: Api<PromotionPolicy> = Api::namespaced(s.admin.clone(), &s.ns.name);
-    let policy_reason = |p: &PromotionPolicy, t: &str| {
-        p.status
-            .as_ref()
-            .and_then(|st| st.conditions.iter().find(|c| c.type_ == t))
-            .map(|c| (c.status.clone(), c.reason.clone()))
-    };
     s.wait_ready("my-api-stg", "True", "UpToDate").await?;
+    Ok(())
+}
 
-    // A new staging image: the staging pull request into main, opened by the watch. The
-    // policy waits: staging does not run it before the merge.
+/// A new staging image: the staging pull request into main, opened by the watch. The
+/// policy waits: staging does not run it before the merge. Returns the pull request's number.
+async fn step_a_staging_pull_request_opens_and_the_policy_waits(
+    c: &Seed001Gitea,
+) -> anyhow::Result<i64> {
+    let Seed001Gitea {
+        registry,
+        sfx,
+        repo,
+        gitea,
+        s,
+        ..
+    } = c;
     registry.retag(&format!("e2e/acct111-{sfx}/my-api"), "v1.0.0", "v1.1.0")?;
     registry.retag(&format!("e2e/acct222-{sfx}/my-api"), "v1.0.0", "v1.1.0")?;
     let staging = wait_until("the staging pull request", TIMEOUT, || async {
@@ -581,7 +646,7 @@ spec:
             .filter(|p| p.state == PullRequestState::Open))
     })
     .await?;
-    let pulls = gitea.pulls(&repo, "all").await?;
+    let pulls = gitea.pulls(repo, "all").await?;
     assert_eq!(pulls.len(), 1, "only the staging pull request: {pulls:?}");
     assert_eq!(pulls[0]["base"]["ref"], "main");
     let w = s.watches.get("my-api-stg").await?;
@@ -590,13 +655,28 @@ spec:
         Some("v1.0.0"),
         "applied is what main holds"
     );
+    Ok(staging.number)
+}
 
-    // Reviewed and merged: staging runs v1.1.0; the policy proposes it to release.
-    gitea.merge(&repo, staging.number).await?;
+/// Reviewed and merged: staging runs v1.1.0; the policy proposes it to release, rewritten to
+/// production's registry. Returns the production pull request's number.
+async fn step_merged_staging_is_proposed_to_release(
+    c: &Seed001Gitea,
+    staging: i64,
+) -> anyhow::Result<i64> {
+    let Seed001Gitea {
+        prd,
+        repo,
+        policies,
+        gitea,
+        s,
+        ..
+    } = c;
+    gitea.merge(repo, staging).await?;
     s.wait_applied("my-api-stg", "v1.1.0").await?;
     let p = wait_until("the production pull request", TIMEOUT, || async {
         let p = policies.get("my-api").await?;
-        Ok((policy_reason(&p, conditions::PULL_REQUEST_OPEN)
+        Ok((policy_condition(&p, conditions::PULL_REQUEST_OPEN)
             .map(|c| c.0)
             .as_deref()
             == Some("True"))
@@ -608,17 +688,17 @@ spec:
         .status
         .and_then(|st| st.pull_request)
         .ok_or_else(|| anyhow::anyhow!("no status.pullRequest"))?;
-    let pr = gitea.pull(&repo, production.number).await?;
+    let pr = gitea.pull(repo, production.number).await?;
     assert_eq!(pr["base"]["ref"], "release");
     let head = pr["head"]["ref"].as_str().unwrap_or_default().to_string();
     assert!(
         gitea
-            .file(&repo, &head, PRD)
+            .file(repo, &head, PRD)
             .await?
             .contains(&format!("{prd}:v1.1.0")),
         "rewritten to production's registry"
     );
-    assert!(gitea.file(&repo, "release", PRD).await?.contains(":v1.0.0"));
+    assert!(gitea.file(repo, "release", PRD).await?.contains(":v1.0.0"));
     let closed = wait_until(
         "the staging pull request recorded merged",
         TIMEOUT,
@@ -630,20 +710,33 @@ spec:
         },
     )
     .await?;
-    assert_eq!(closed.number, staging.number);
+    assert_eq!(closed.number, staging);
+    Ok(production.number)
+}
 
-    // Production merged: the policy is up to date, no pull request open.
-    gitea.merge(&repo, production.number).await?;
+/// Production merged: the policy is up to date, no pull request open.
+async fn step_merged_production_leaves_the_policy_up_to_date(
+    c: &Seed001Gitea,
+    production: i64,
+) -> anyhow::Result<()> {
+    let Seed001Gitea {
+        repo,
+        policies,
+        gitea,
+        ..
+    } = c;
+    gitea.merge(repo, production).await?;
     wait_until("the policy up to date", TIMEOUT, || async {
         let p = policies.get("my-api").await?;
-        Ok(
-            (policy_reason(&p, conditions::READY).map(|c| c.1).as_deref() == Some("UpToDate"))
-                .then_some(()),
-        )
+        Ok((policy_condition(&p, conditions::READY)
+            .map(|c| c.1)
+            .as_deref()
+            == Some("UpToDate"))
+        .then_some(()))
     })
     .await?;
-    assert_eq!(gitea.pulls(&repo, "open").await?.len(), 0);
-    assert_eq!(gitea.pulls(&repo, "all").await?.len(), 2);
+    assert_eq!(gitea.pulls(repo, "open").await?.len(), 0);
+    assert_eq!(gitea.pulls(repo, "all").await?.len(), 2);
     Ok(())
 }
 
