@@ -258,6 +258,85 @@ fn modules_import_downwards_only() {
     );
 }
 
+/// Glob imports of this crate's modules in `code` (`use super::*`, `use self::{a::*}`,
+/// `pub use labels::*`): they hide which module uses which, so the graph above could not
+/// see them. Globs of another crate (`external`: a facade, a `prelude::*`) are its own.
+fn globs_in(code: &str, external: &[String]) -> Vec<String> {
+    code.split(';')
+        .filter_map(|statement| {
+            let at = statement.find("use ")?;
+            let before = &statement[..at];
+            let at_item_start = before.trim_end().is_empty()
+                || before.ends_with('\n')
+                || before.trim_end().ends_with("pub")
+                || before.trim_end().ends_with(')');
+            let tree = statement[at + 4..].trim_start().trim_start_matches("::");
+            let first = tree.split("::").next().unwrap_or_default();
+            let other_crate = external.iter().any(|e| e == first);
+            (at_item_start && tree.contains('*') && !other_crate)
+                .then(|| statement.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .collect()
+}
+
+/// The crates a path of this crate may start with besides its own modules: the standard
+/// library and every dependency in `Cargo.toml` (`-` read as `_`).
+fn external_crates(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut names: Vec<String> = ["std", "core", "alloc"].map(String::from).to_vec();
+    let mut in_dependencies = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_dependencies = line.ends_with("dependencies]");
+        } else if in_dependencies && let Some((name, _)) = line.split_once('=') {
+            names.push(name.trim().replace('-', "_"));
+        }
+    }
+    names
+}
+
+#[test]
+fn no_module_imports_another_by_glob() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let external = external_crates(root);
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let mut offenders = Vec::new();
+    for file in files {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if name == "tests.rs" || name.ends_with("_tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a source file");
+        for glob in globs_in(&code_of(&text), &external) {
+            offenders.push(format!("{}: {glob}", file.display()));
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "glob imports:\n{}",
+        offenders.join("\n")
+    );
+}
+
+#[test]
+fn the_glob_reader_sees_globs_of_the_crates_modules_only() {
+    let code = "use super::*;\nuse self::{decide::*, read::x};\npub use labels::*;\n\
+                use crate::a::{b::*};\nuse tracing_subscriber::{fmt, prelude::*};\n\
+                use serde_json::json;\nuse super::x;\nfn f() { let x = 2 * 3; }";
+    let external = ["tracing_subscriber".to_string(), "serde_json".to_string()];
+    assert_eq!(
+        globs_in(code, &external).len(),
+        4,
+        "{:?}",
+        globs_in(code, &external)
+    );
+}
+
 #[test]
 fn the_reader_sees_cycles_and_use_trees() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -5,7 +5,14 @@
 mod labels;
 pub mod watch_metrics;
 
-pub use labels::*;
+pub use labels::{
+    CacheLabels, ControllerErrorLabels, ControllerLabels, CredentialLabels, DeploymentLabels,
+    EventLabels, ForgeLabels, GitReadLabels, KindLabels, NotAllowedLabels, NotificationLabels,
+    OutcomeLabels, PromotionLabels, PushLabels, QueueLabels, RateLimitLabels, ReconcileErrorLabels,
+    ReconcileLabels, RefreshLabels, RegistryLabels, ShardLabels, ShardTransitionLabels,
+    SignatureLabels, SqsLabels, StageLabels, WatchConditionLabels, WatchPullRequestLabels,
+    WebhookLabels,
+};
 
 use std::collections::BTreeSet;
 use std::io::IsTerminal;
