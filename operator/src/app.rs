@@ -112,27 +112,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             endpoint_url: config.registry.ecr_endpoint_url.clone(),
         },
     );
-    let mut ctx = Context::new(
-        client.clone(),
-        registry,
-        writer,
-        metrics.clone(),
-        config.scan.max_tags,
-        ecr,
-    );
-    ctx.argocd_namespace = config.controllers.argocd_namespace.clone();
-    ctx.deploys = Arc::new(crate::cluster::deploy::DeployTracker::new(
-        crate::cluster::deploy::DeployOptions {
-            enabled: config.controllers.argocd_refresh,
-            argocd_namespace: config.controllers.argocd_namespace.clone(),
-            timeout: config.controllers.argocd_deploy_timeout,
-        },
-    ));
-    if let Some(name) = &config.controllers.allow_list_configmap {
-        ctx.allowance = Arc::new(allowance::Allowance::expecting(name));
-    }
-    ctx.set_work_slots(usize::from(config.controllers.max_concurrent_reconciles));
     let mut acquired_shards = None;
+    let mut shards = None;
     if config.shard.shards > 0 {
         let identity = config
             .shard
@@ -156,10 +137,37 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             tracing::warn!(error = %e, "cannot read or create the peer token Secret; registry events received here are not forwarded to other replicas");
         }
         tracing::info!(shards = config.shard.shards, %identity, "sharding by Git repository over Leases");
-        ctx.shards = Some(manager);
+        shards = Some(manager);
         acquired_shards = Some(acquired);
     }
-    let ctx = Arc::new(ctx);
+    // One watch on ImageWatches serves both controllers: the PromotionPolicy controller
+    // subscribes to this cache. A watch of its own made the API server list and send every
+    // ImageWatch twice and this process decode each twice (measured: 200 of the 301 list
+    // pages and half the watch events of a 50,000-watch first sync).
+    let (reader, cache_writer) = kube::runtime::reflector::store_shared(IMAGEWATCH_FANOUT_BUFFER);
+    let ctx = Arc::new(Context::new(crate::controllers::Services {
+        client: client.clone(),
+        registry,
+        writer,
+        metrics: metrics.clone(),
+        max_tags: config.scan.max_tags,
+        ecr,
+        store: reader.clone(),
+        argocd_namespace: config.controllers.argocd_namespace.clone(),
+        deploys: Arc::new(crate::cluster::deploy::DeployTracker::new(
+            crate::cluster::deploy::DeployOptions {
+                enabled: config.controllers.argocd_refresh,
+                argocd_namespace: config.controllers.argocd_namespace.clone(),
+                timeout: config.controllers.argocd_deploy_timeout,
+            },
+        )),
+        allowance: match &config.controllers.allow_list_configmap {
+            Some(name) => Arc::new(allowance::Allowance::expecting(name)),
+            None => Arc::default(),
+        },
+        work_slots: usize::from(config.controllers.max_concurrent_reconciles),
+        shards,
+    }));
 
     // Shutdown, in order: `shutdown` stops new work (watches, event sources, readiness);
     // in-flight reconciles and batches finish (up to `--shutdown-timeout`); only then are the
@@ -212,18 +220,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     ));
     // The cache keeps ImageWatches without their managedFields (more than half of each
     // object, and never read here: status is written whole, as a JSON patch).
-    // One watch on ImageWatches serves both controllers: the PromotionPolicy controller
-    // subscribes to this cache. A watch of its own made the API server list and send every
-    // ImageWatch twice and this process decode each twice (measured: 200 of the 301 list
-    // pages and half the watch events of a 50,000-watch first sync).
-    let (reader, writer) = kube::runtime::reflector::store_shared(IMAGEWATCH_FANOUT_BUFFER);
-    let promotion_triggers = writer
+    let promotion_triggers = cache_writer
         .subscribe()
         .ok_or_else(|| RunError::Config("the ImageWatch cache cannot be subscribed to".into()))?;
     // Events the ImageWatch cache applied (the watch metrics summarize it again after one).
     let watch_changes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let watches = kube::runtime::reflector(
-        writer,
+        cache_writer,
         namespaces::watch::<DeserializeGuard<ImageWatch>>(
             client.clone(),
             watched,
@@ -252,7 +255,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
                 .min(usize::from(u16::MAX)) as u16,
         ),
     );
-    let _ = ctx.store.set(controller.store());
     tokio::spawn(watch_metrics::export(
         metrics.clone(),
         controller.store(),

@@ -57,7 +57,7 @@ pub struct Context {
     /// Namespace of Argo CD's Applications.
     pub argocd_namespace: String,
     /// The controller's cache of ImageWatches (group members, event routing).
-    pub store: std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
+    pub store: kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
     /// True once the ImageWatch cache holds its first list (see [`on_first_list`]).
     pub cache_synced: tokio::sync::watch::Sender<bool>,
     /// Registry events not yet turned into a commit (latency metric).
@@ -152,9 +152,6 @@ impl Notifications {
 type Announcements =
     std::collections::HashMap<(index::CredentialKey, String), Arc<tokio::sync::OnceCell<()>>>;
 
-/// Work slots when not configured (the `--max-concurrent-reconciles` default).
-const DEFAULT_WORK_SLOTS: usize = 32;
-
 tokio::task_local! {
     /// The work slot of the reconcile running on this task, if it holds one.
     static WORK_SLOT: std::cell::RefCell<Option<tokio::sync::OwnedSemaphorePermit>>;
@@ -163,16 +160,52 @@ tokio::task_local! {
 /// Reconciles that may wait for the git writer at once, per work slot.
 pub const WAITING_PER_WORK_SLOT: usize = 8;
 
+/// Every service a [`Context`] holds that start-up chooses: the context is built from them
+/// once and never changed afterwards.
+pub struct Services {
+    /// Kubernetes client (the operator's ServiceAccount).
+    pub client: Client,
+    /// Registry client with the shared token cache.
+    pub registry: RegistryClient,
+    /// The git writer.
+    pub writer: writer::GitWriter,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Tags kept per repository scan (`--max-tags`).
+    pub max_tags: usize,
+    /// ECR, through the process's AWS identity.
+    pub ecr: crate::registry::ecr::EcrTagSource,
+    /// The cache of ImageWatches the controller is built on.
+    pub store: kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
+    /// Namespace of Argo CD's Applications.
+    pub argocd_namespace: String,
+    /// Commits followed to the Argo CD Applications that deploy them.
+    pub deploys: Arc<deploy::DeployTracker>,
+    /// The admin's allow-list.
+    pub allowance: Arc<allowance::Allowance>,
+    /// Reconciles doing registry and API work at once (at least 1).
+    pub work_slots: usize,
+    /// HA sharding (None: this replica writes to every repository).
+    pub shards: Option<Arc<shard::ShardManager>>,
+}
+
 impl Context {
-    /// Builds a context.
-    pub fn new(
-        client: Client,
-        registry: RegistryClient,
-        writer: writer::GitWriter,
-        metrics: Arc<Metrics>,
-        max_tags: usize,
-        ecr: crate::registry::ecr::EcrTagSource,
-    ) -> Self {
+    /// Builds the context from the services start-up chose.
+    pub fn new(services: Services) -> Self {
+        let Services {
+            client,
+            registry,
+            writer,
+            metrics,
+            max_tags,
+            ecr,
+            store,
+            argocd_namespace,
+            deploys,
+            allowance,
+            work_slots,
+            shards,
+        } = services;
         let reporter = Reporter {
             controller: "imagewatch".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -189,30 +222,25 @@ impl Context {
             appearances: appearances::Appearances::default(),
             ecr,
             pending: routing::PendingEvents::default(),
-            argocd_namespace: "argocd".to_string(),
-            store: std::sync::OnceLock::new(),
+            argocd_namespace,
+            store,
             cache_synced: tokio::sync::watch::Sender::new(false),
             client,
             registry,
             writer,
             metrics,
-            shards: None,
+            shards,
             failures: Mutex::default(),
-            work_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_WORK_SLOTS)),
+            work_slots: Arc::new(tokio::sync::Semaphore::new(work_slots.max(1))),
             secrets: secrets::secret_cache(),
             argocd_sources: argocd::resolve_cache(),
-            deploys: Arc::new(deploy::DeployTracker::disabled()),
-            allowance: Arc::default(),
+            deploys,
+            allowance,
             freezes: Arc::default(),
             freeze_changes: tokio::sync::watch::Sender::new(0),
             signatures: Default::default(),
             announced: std::sync::Mutex::default(),
         }
-    }
-
-    /// Sets how many reconciles do registry and API work at once.
-    pub fn set_work_slots(&mut self, slots: usize) {
-        self.work_slots = Arc::new(tokio::sync::Semaphore::new(slots.max(1)));
     }
 
     /// Runs `work` (one reconcile) once a work slot is free, holding it until `work` ends
@@ -280,7 +308,7 @@ impl Context {
 #[derive(Clone, Copy)]
 pub struct Announcer<'a> {
     announced: &'a std::sync::Mutex<Announcements>,
-    store: &'a std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
+    store: &'a kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
     cache_synced: &'a tokio::sync::watch::Sender<bool>,
     registry: &'a RegistryClient,
 }
@@ -315,9 +343,7 @@ impl Announcer<'_> {
         registry: &str,
         creds: &crate::registry::Credentials,
     ) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
+        let store = self.store;
         // The cache is complete once the first list is in; reconciles may start before.
         let mut synced = self.cache_synced.subscribe();
         if !matches!(

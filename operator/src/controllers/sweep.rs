@@ -111,9 +111,7 @@ pub async fn run(ctx: Arc<Context>) {
 /// One sweep; does nothing before the watch cache has its first full list (an object not
 /// listed yet would look unreferenced).
 pub async fn sweep(ctx: &Context) {
-    let Some(store) = ctx.store.get() else {
-        return;
-    };
+    let store = &ctx.store;
     if !*ctx.cache_synced.borrow() {
         return;
     }

@@ -53,8 +53,7 @@ fn verify_mode(verify: bool, pinned: bool, grouped: bool) -> VerifyMode {
 /// ([`Prepared::choose`]) makes only the scan's lookups.
 #[derive(Clone, Copy)]
 pub(super) struct SelectContext<'a> {
-    pub(super) store:
-        &'a std::sync::OnceLock<kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>>,
+    pub(super) store: &'a kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
     pub(super) dereference: DereferenceContext<'a>,
     pub(super) scan: ScanContext<'a>,
 }
@@ -87,11 +86,7 @@ pub(super) async fn group_choice(
     group: &str,
     ctx: &SelectContext<'_>,
 ) -> Result<GroupChoice, ReconcileError> {
-    let store = ctx
-        .store
-        .get()
-        .ok_or_else(|| ReconcileError::Internal("watch store not ready".into()))?;
-    let peers: Vec<Arc<DeserializeGuard<ImageWatch>>> = store.state();
+    let peers: Vec<Arc<DeserializeGuard<ImageWatch>>> = ctx.store.state();
     let mut others: Vec<&ImageWatch> = peers
         .iter()
         .filter_map(|g| g.0.as_ref().ok())
