@@ -167,6 +167,8 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         },
         work_slots: usize::from(config.controllers.max_concurrent_reconciles),
         shards,
+        forge_http: crate::http::client("forge", Duration::from_secs(30))
+            .map_err(RunError::Config)?,
     }));
 
     // Shutdown, in order: `shutdown` stops new work (watches, event sources, readiness);

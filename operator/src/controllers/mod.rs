@@ -84,6 +84,8 @@ pub struct Context {
     pub allowance: Arc<allowance::Allowance>,
     /// Sends the messages of `spec.notify`.
     pub notifier: crate::notify::Notifier,
+    /// The HTTP client of every forge API call (pull requests of both kinds).
+    pub forge_http: reqwest::Client,
     /// Admin freezes (`--freeze-configmap`).
     pub freezes: Arc<crate::cluster::freeze::Freezes>,
     /// Bumped when the freezes change (the PromotionPolicy controller looks at every policy
@@ -187,6 +189,8 @@ pub struct Services {
     pub work_slots: usize,
     /// HA sharding (None: this replica writes to every repository).
     pub shards: Option<Arc<shard::ShardManager>>,
+    /// The HTTP client of every forge API call (pull requests of both kinds).
+    pub forge_http: reqwest::Client,
 }
 
 impl Context {
@@ -205,6 +209,7 @@ impl Context {
             allowance,
             work_slots,
             shards,
+            forge_http,
         } = services;
         let reporter = Reporter {
             controller: "imagewatch".into(),
@@ -230,6 +235,7 @@ impl Context {
             writer,
             metrics,
             shards,
+            forge_http,
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(work_slots.max(1))),
             secrets: secrets::secret_cache(),

@@ -226,13 +226,6 @@ pub async fn remove_finalizer(client: &Client, watch: &ImageWatch) -> Result<(),
     .await
 }
 
-fn http() -> Result<reqwest::Client, ReconcileError> {
-    static HTTP: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    HTTP.get_or_init(|| crate::http::client("forge", Duration::from_secs(30)))
-        .clone()
-        .map_err(ReconcileError::Internal)
-}
-
 /// The forge client of a watch.
 pub async fn client(
     watch: &ImageWatch,
@@ -240,6 +233,7 @@ pub async fn client(
     git_url: &str,
     secrets: &impl secrets::SecretAccess,
     metrics: &Arc<crate::telemetry::Metrics>,
+    http: &reqwest::Client,
 ) -> Result<ForgeClient, ReconcileError> {
     let token = match &settings.secret_ref {
         Some(secret) => {
@@ -254,7 +248,7 @@ pub async fn client(
         settings.repository.as_deref(),
         git_url,
         token,
-        http()?,
+        http.clone(),
     )?
     .with_metrics(metrics.clone()))
 }
@@ -358,6 +352,7 @@ pub(super) struct FinalizeContext<'a> {
     pub(super) client: &'a Client,
     pub(super) metrics: &'a Arc<crate::telemetry::Metrics>,
     pub(super) recorder: &'a kube::runtime::events::Recorder,
+    pub(super) forge_http: &'a reqwest::Client,
 }
 
 impl<'a> FinalizeContext<'a> {
@@ -368,6 +363,7 @@ impl<'a> FinalizeContext<'a> {
             client: &ctx.client,
             metrics: &ctx.metrics,
             recorder: &ctx.recorder,
+            forge_http: &ctx.forge_http,
         }
     }
 }
@@ -388,7 +384,15 @@ pub(super) async fn close_on_delete(
         // The group's pull request belongs to its other members too.
         return Ok(false);
     }
-    let forge = client(watch, settings, &git.url, &ctx.secrets, ctx.metrics).await?;
+    let forge = client(
+        watch,
+        settings,
+        &git.url,
+        &ctx.secrets,
+        ctx.metrics,
+        ctx.forge_http,
+    )
+    .await?;
     let pr = PullRequest {
         number: recorded.number,
         url: recorded.url.clone(),

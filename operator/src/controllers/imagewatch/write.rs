@@ -32,6 +32,7 @@ pub(super) struct WriteContext<'a> {
     pub(super) secrets: SecretReader<'a>,
     pub(super) client: &'a kube::Client,
     pub(super) metrics: &'a Arc<Metrics>,
+    pub(super) forge_http: &'a reqwest::Client,
 }
 
 impl<'a> WriteContext<'a> {
@@ -43,6 +44,7 @@ impl<'a> WriteContext<'a> {
             secrets: SecretReader::of(ctx),
             client: &ctx.client,
             metrics: &ctx.metrics,
+            forge_http: &ctx.forge_http,
         }
     }
 }
@@ -181,7 +183,15 @@ pub(super) async fn write_and_propose(
         .slots
         .without_work_slot(ctx.writer.apply(on_base))
         .await?;
-    let forge = pull_request::client(watch, settings, forge_url, &ctx.secrets, ctx.metrics).await?;
+    let forge = pull_request::client(
+        watch,
+        settings,
+        forge_url,
+        &ctx.secrets,
+        ctx.metrics,
+        ctx.forge_http,
+    )
+    .await?;
     let mut vars = pull_request::TextVars {
         group: watch.spec.group.clone().unwrap_or_default(),
         image: me.image.clone(),
@@ -295,7 +305,15 @@ pub(super) async fn pattern_pull_requests(
     heads: &[Option<String>],
     ctx: &WriteContext<'_>,
 ) -> Result<Option<pull_request::Delivered>, ReconcileError> {
-    let forge = pull_request::client(watch, settings, forge_url, &ctx.secrets, ctx.metrics).await?;
+    let forge = pull_request::client(
+        watch,
+        settings,
+        forge_url,
+        &ctx.secrets,
+        ctx.metrics,
+        ctx.forge_http,
+    )
+    .await?;
     let bases = ctx
         .slots
         .without_work_slot(futures::future::join_all(

@@ -41,7 +41,7 @@ impl<'a> DeliverContext<'a> {
         DeliverContext {
             writer: &shared.ctx.writer,
             secrets: SecretReader::of(&shared.ctx),
-            http: &shared.http,
+            http: &shared.ctx.forge_http,
             metrics: &shared.ctx.metrics,
         }
     }

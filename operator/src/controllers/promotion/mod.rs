@@ -181,7 +181,6 @@ struct Shared {
     /// The git writer's clone cache, for reading the target before deciding; commits go
     /// through the writer itself (`ctx.writer`).
     cache: Arc<RepoCache>,
-    http: reqwest::Client,
     failures: Mutex<HashMap<ObjectRef<DeserializeGuard<PromotionPolicy>>, u32>>,
     close_timeout: Duration,
 }
@@ -203,17 +202,9 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let metrics = ctx.metrics.clone();
-    let http = match crate::http::client("forge", Duration::from_secs(30)) {
-        Ok(http) => http,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the forge HTTP client; PromotionPolicies are not reconciled");
-            return;
-        }
-    };
     let shared = Arc::new(Shared {
         cache: ctx.writer.clones().clone(),
         ctx,
-        http,
         failures: Mutex::default(),
         close_timeout: options.close_timeout,
     });
