@@ -16,11 +16,10 @@ use std::{
 
 use futures::future::join_all;
 use imagewatch::{
-    controllers::ReconcileError,
     git::{Author, GitAuth, GitError, WritePoint},
     manifests::{ImageChange, TargetSpec, WorkloadTarget},
     telemetry::Metrics,
-    writer::{GitWriter, WriteRequest, WriterOptions},
+    writer::{GitWriter, WriteError, WriteRequest, WriterOptions},
 };
 use imagewatch_e2e::{GitServer, Ground, ground::random_suffix};
 
@@ -233,7 +232,7 @@ async fn bad_credentials_fail_every_intent_and_write_nothing() -> anyhow::Result
     let results = join_all((0..2).map(|i| writer.apply(request(&url, &bad, i, "2.0.0")))).await;
     for r in results {
         match r {
-            Err(ReconcileError::Git(GitError::AuthFailed { .. })) => {}
+            Err(WriteError::Git(GitError::AuthFailed { .. })) => {}
             other => anyhow::bail!("expected AuthFailed, got {other:?}"),
         }
     }

@@ -11,7 +11,7 @@ use imagewatch_crd::{
     conditions::reason as common_reason, conditions::reason, promotion::reason as promotion_reason,
 };
 
-use crate::{forge::ForgeError, git::GitError};
+use crate::{forge::ForgeError, git::GitError, writer::WriteError};
 
 /// Why a reconcile did not reach `Ready=True`.
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +164,25 @@ fn forge_fixed_by(e: &ForgeError) -> Category {
     }
 }
 
+/// The writer's errors as the controllers report them: a target the manifests do not hold
+/// is `TargetNotFound`, a path outside the repository is the spec's fault, Git is Git.
+impl From<WriteError> for ReconcileError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Git(e) => Self::Git(e),
+            e @ (WriteError::Edit(_)
+            | WriteError::DirectoryNotFound { .. }
+            | WriteError::PlannedPath { .. }) => Self::TargetNotFound(e.to_string()),
+            e @ (WriteError::DirectoryOutside { .. } | WriteError::FileOutside { .. }) => {
+                Self::InvalidSpec(e.to_string())
+            }
+            e @ (WriteError::NotAccepting | WriteError::Stopped | WriteError::Task(_)) => {
+                Self::Internal(e.to_string())
+            }
+        }
+    }
+}
+
 impl Classify for ReconcileError {
     fn class(&self) -> Class {
         use Category::{Internal, Transient, User};
@@ -291,6 +310,12 @@ pub enum PromotionError {
     /// (registry, signatures, catalogs, …), with its own reason and category.
     #[error("{0}")]
     Other(ReconcileError),
+}
+
+impl From<WriteError> for PromotionError {
+    fn from(e: WriteError) -> Self {
+        Self::from(ReconcileError::from(e))
+    }
 }
 
 impl From<ReconcileError> for PromotionError {

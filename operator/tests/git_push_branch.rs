@@ -6,7 +6,10 @@ mod support;
 
 use std::time::Duration;
 
-use imagewatch::{controllers::ReconcileError, git::GitError, writer::WriteRequest};
+use imagewatch::{
+    git::GitError,
+    writer::{WriteError, WriteRequest},
+};
 use support::*;
 
 const PUSH: &str = "imagewatch/team";
@@ -79,7 +82,7 @@ async fn push_branch_lifecycle() {
         .await
         .unwrap_err();
     match &err {
-        ReconcileError::Git(GitError::PushBranchNotOurs { branch, reason, .. }) => {
+        WriteError::Git(GitError::PushBranchNotOurs { branch, reason, .. }) => {
             assert_eq!(branch, PUSH);
             assert!(reason.contains("other@example.com"), "{reason}");
         }
@@ -106,7 +109,7 @@ async fn a_push_branch_we_did_not_create_is_never_overwritten() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ReconcileError::Git(GitError::PushBranchNotOurs { .. })),
+        matches!(err, WriteError::Git(GitError::PushBranchNotOurs { .. })),
         "{err}"
     );
     assert_eq!(fx.head(PUSH), theirs);

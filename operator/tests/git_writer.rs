@@ -16,9 +16,10 @@ use std::{
 use futures::future::join_all;
 use imagewatch::{
     controllers::ReconcileError,
-    git::{GitAuth, SshSigner, WritePoint},
-    telemetry::{GitReadLabels, Metrics},
-    writer::{CommitOutcome, CommitRequest, CommitTemplate, GitWriter},
+    error::Classify as _,
+    git::{FileEdit, GitAuth, GitError, SshSigner, WritePoint},
+    telemetry::{GitReadLabels, Metrics, PushLabels},
+    writer::{CommitOutcome, CommitRequest, CommitTemplate, GitWriter, WriteError},
 };
 use support::*;
 
@@ -227,12 +228,19 @@ async fn a_failing_intent_does_not_block_the_others() {
         Some(head.as_str())
     );
     match &results[1] {
-        Err(ReconcileError::TargetNotFound(m)) => assert!(m.contains("does-not-exist"), "{m}"),
-        other => panic!("expected TargetNotFound, got {other:?}"),
+        Err(e @ WriteError::Edit(_)) => assert!(e.to_string().contains("does-not-exist"), "{e}"),
+        other => panic!("expected an edit error, got {other:?}"),
     }
     match &results[2] {
-        Err(ReconcileError::TargetNotFound(m)) => assert!(m.contains("apps/nowhere"), "{m}"),
-        other => panic!("expected TargetNotFound, got {other:?}"),
+        Err(WriteError::DirectoryNotFound { dir, branch, .. }) => {
+            assert_eq!((dir.as_str(), branch.as_str()), ("apps/nowhere", "main"));
+        }
+        other => panic!("expected DirectoryNotFound, got {other:?}"),
+    }
+    // The controllers report both as the target not found.
+    for result in results.into_iter().skip(1).take(2) {
+        let error = ReconcileError::from(result.unwrap_err());
+        assert_eq!(error.reason(), "TargetNotFound", "{error}");
     }
     assert_eq!(fx.commit_count("main"), 2);
     assert_eq!(
@@ -664,4 +672,84 @@ async fn planned_commits_share_the_clone_and_are_planned_again_after_a_lost_race
         .filter(|e| e.as_ref().unwrap().path().is_dir())
         .count();
     assert_eq!(clones, 1);
+}
+
+/// A planned commit that loses every race gives up after its attempts with the rejection;
+/// a plan that fails fails the commit; edits that add up to the head are nothing to do.
+/// Nothing of ours reaches the remote in any of the three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_commit_gives_up_after_its_attempts_and_reports_plan_errors() {
+    let fx = Arc::new(Fixture::new(1, 0));
+    let mut opts = options(Duration::from_millis(20));
+    opts.push_attempts = 2;
+    let metrics = Arc::new(Metrics::new());
+    let writer = GitWriter::with_options(&fx.tmp.path().join("cache"), opts, metrics.clone());
+    let request = |plan: imagewatch::writer::PlanEdits| CommitRequest {
+        url: fx.url.clone(),
+        branch: "main".into(),
+        auth: GitAuth::Anonymous,
+        push_branch: None,
+        plan,
+    };
+    let edit = |contents: &str| FileEdit {
+        path: "promoted/tag".into(),
+        contents: contents.as_bytes().to_vec(),
+    };
+
+    // Someone always beats us between our fetch and our push.
+    let plans = Arc::new(AtomicUsize::new(0));
+    let beaten = {
+        let (fx, plans) = (fx.clone(), plans.clone());
+        move |_: &imagewatch::git::Repo, _| {
+            let n = plans.fetch_add(1, Ordering::SeqCst);
+            fx.other_writer_push("main", "other/README.md", &format!("# edit {n}\n"));
+            Ok(Some((vec![edit("mine\n")], "promote: mine".to_string())))
+        }
+    };
+    let err = writer.commit(request(Box::new(beaten))).await.unwrap_err();
+    assert!(
+        matches!(err, WriteError::Git(GitError::PushRejected { .. })),
+        "{err:?}"
+    );
+    assert_eq!(plans.load(Ordering::SeqCst), 2, "one plan per attempt");
+    let rejected = metrics
+        .git_pushes
+        .get_or_create(&PushLabels {
+            outcome: "rejected".into(),
+        })
+        .get();
+    assert_eq!(rejected, 2, "both pushes were refused");
+
+    // The plan itself fails.
+    let failing = |_: &imagewatch::git::Repo, _| Err(GitError::apply("manifest does not parse"));
+    let err = writer.commit(request(Box::new(failing))).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "computing edits failed: manifest does not parse"
+    );
+
+    // Edits equal to what the head holds: nothing to do, on the head read.
+    let head = fx.head("main");
+    let readme = fx.show("main", "other/README.md") + "\n";
+    let same = move |_: &imagewatch::git::Repo, _| {
+        Ok(Some((
+            vec![FileEdit {
+                path: "other/README.md".into(),
+                contents: readme.as_bytes().to_vec(),
+            }],
+            "promote: nothing".to_string(),
+        )))
+    };
+    let result = writer.commit(request(Box::new(same))).await.unwrap();
+    assert_eq!(
+        result.outcome,
+        CommitOutcome::NothingToDo { head: head.clone() }
+    );
+    assert_eq!(fx.head("main"), head);
+    assert!(
+        fx.remote_git(&["log", "--format=%an", "main"])
+            .lines()
+            .all(|author| author != "imagewatch"),
+        "nothing of ours was pushed"
+    );
 }

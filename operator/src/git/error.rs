@@ -120,7 +120,7 @@ pub enum GitError {
     #[error("signing the commit failed: {message}")]
     Signing { message: String },
 
-    /// The caller's edit computation inside [`super::write_with_retry`]
+    /// The caller's edit computation inside the writer's loop
     /// failed (for example a manifest that does not parse); nothing was
     /// committed.
     #[error("computing edits failed: {source}")]

@@ -20,9 +20,9 @@
 //!   blobs straight from the object database (there is never a worktree).
 //! * [`Repo::commit_edits`] writes a commit object on top of a parent;
 //!   [`Repo::push`] publishes it as a fast-forward only.
-//! * [`write_with_retry`] ties these together: fetch, let the caller compute
+//! * The writer (`writer/commit_loop.rs`) ties these together: fetch, plan
 //!   edits against the fresh head, commit, push, and start over on a fresh
-//!   head when another writer won the race.
+//!   head when another writer won the race. [`WritePoint`] names its stages.
 //! * [`Repo::commit_edits_signed`] signs commits with an SSH or OpenPGP key
 //!   ([`CommitSigner`]); [`Repo::push_with`] can force-push a private push
 //!   branch under a lease, after [`Repo::check_push_branch`] confirmed that
@@ -52,7 +52,7 @@ pub use push::{PushMode, PushOutcome};
 pub use repo::{Repo, RepoCache};
 pub use sign::{CommitSigner, PgpSigner, SigningKeyError, SshSigner};
 pub use url::check_tenant_url;
-pub use write::{WriteOutcome, WritePoint, backoff, write_with_retry, write_with_retry_signed};
+pub use write::WritePoint;
 
 /// Commit ids are libgit2's object ids; re-exported so callers need no
 /// direct `git2` import for the common case.

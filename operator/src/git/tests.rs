@@ -175,7 +175,6 @@ fn public_types_are_send() {
     send_sync::<RepoCache>();
     send_sync::<GitAuth>();
     send_sync::<GitError>();
-    send_sync::<WriteOutcome>();
     send_sync::<PushOutcome>();
 }
 
@@ -572,157 +571,6 @@ fn stale_push_is_rejected_not_forced() {
     assert_eq!(repo.cached_head("main").unwrap(), Some(head));
 }
 
-#[test]
-fn write_with_retry_survives_a_race() {
-    let fx = Fixture::new();
-    let cache = fx.cache();
-    let repo = cache.open_or_clone(&fx.url, &GitAuth::Anonymous).unwrap();
-
-    let mut calls = 0;
-    let mut theirs = None;
-    let mut heads = Vec::new();
-    let outcome = write_with_retry(
-        &repo,
-        "main",
-        &GitAuth::Anonymous,
-        5,
-        // Unannotated closure using `?` on git reads: the shape the
-        // controller uses.
-        |repo, head| {
-            calls += 1;
-            heads.push(head);
-            let current = repo
-                .read_file(head, "apps/web/deploy.yaml")?
-                .unwrap_or_default();
-            if calls == 1 {
-                // Another writer lands a commit between our fetch and our
-                // push.
-                theirs = Some(fx.other_writer_push("w1", "infra/db.yaml", "replicas: 5\n"));
-            }
-            let want = b"image: registry.example.com/web:1.2.0\n";
-            if current == want {
-                return Ok(None);
-            }
-            Ok(Some((
-                vec![FileEdit {
-                    path: "apps/web/deploy.yaml".into(),
-                    contents: want.to_vec(),
-                }],
-                "web: set tag 1.2.0".into(),
-            )))
-        },
-        &author(),
-    )
-    .unwrap();
-
-    let theirs = theirs.unwrap();
-    let WriteOutcome::Committed { commit, attempts } = outcome else {
-        panic!("expected a commit, got {outcome:?}");
-    };
-    assert_eq!(attempts, 2);
-    assert_eq!(calls, 2);
-    assert_eq!(heads, [fx.seed, theirs]);
-
-    // Both changes are on the remote main ...
-    assert_eq!(fx.remote_main(), commit);
-    assert_eq!(
-        fx.remote_file("apps/web/deploy.yaml"),
-        "image: registry.example.com/web:1.2.0"
-    );
-    assert_eq!(fx.remote_file("infra/db.yaml"), "replicas: 5");
-    // ... and the other writer's commit is untouched history.
-    fx.remote_git(&["merge-base", "--is-ancestor", &theirs.to_string(), "main"]);
-    assert_eq!(
-        fx.remote_git(&["rev-parse", "main^"]),
-        theirs.to_string(),
-        "our commit sits directly on theirs"
-    );
-    assert_eq!(
-        fx.remote_git(&["log", "--format=%an", "main"]),
-        "imagewatch\nOther Writer\nOther Writer"
-    );
-}
-
-#[test]
-fn write_with_retry_nothing_to_do() {
-    let fx = Fixture::new();
-    let cache = fx.cache();
-    let repo = cache.open_or_clone(&fx.url, &GitAuth::Anonymous).unwrap();
-    // apply says "already current".
-    let out = write_with_retry(
-        &repo,
-        "main",
-        &GitAuth::Anonymous,
-        3,
-        |_: &Repo, _: Oid| Ok(None),
-        &author(),
-    )
-    .unwrap();
-    assert_eq!(out, WriteOutcome::NothingToDo { head: fx.seed });
-    // apply proposes edits that match what is there.
-    let out = write_with_retry(
-        &repo,
-        "main",
-        &GitAuth::Anonymous,
-        3,
-        |_: &Repo, _: Oid| {
-            Ok(Some((
-                vec![edit("top.yaml", "kind: List\n")],
-                "noop".into(),
-            )))
-        },
-        &author(),
-    )
-    .unwrap();
-    assert_eq!(out, WriteOutcome::NothingToDo { head: fx.seed });
-    assert_eq!(fx.remote_main(), fx.seed);
-}
-
-#[test]
-fn write_with_retry_gives_up_and_reports_apply_errors() {
-    let fx = Fixture::new();
-    let cache = fx.cache();
-    let repo = cache.open_or_clone(&fx.url, &GitAuth::Anonymous).unwrap();
-
-    // Someone always beats us: bounded attempts, then the rejection.
-    let mut n = 0;
-    let err = write_with_retry(
-        &repo,
-        "main",
-        &GitAuth::Anonymous,
-        2,
-        |_: &Repo, _: Oid| {
-            n += 1;
-            fx.other_writer_push("w1", "infra/db.yaml", &format!("replicas: {}\n", 10 + n));
-            Ok(Some((
-                vec![edit("top.yaml", "kind: Mine\n")],
-                "mine".into(),
-            )))
-        },
-        &author(),
-    )
-    .unwrap_err();
-    assert_eq!(n, 2);
-    assert_eq!(err.category(), "push_rejected", "{err}");
-    assert_eq!(fx.remote_file("top.yaml"), "kind: List");
-
-    let err = write_with_retry(
-        &repo,
-        "main",
-        &GitAuth::Anonymous,
-        2,
-        |_: &Repo, _: Oid| Err(GitError::apply("manifest does not parse")),
-        &author(),
-    )
-    .unwrap_err();
-    assert!(matches!(err, GitError::Apply { .. }), "{err}");
-    assert_eq!(
-        err.to_string(),
-        "computing edits failed: manifest does not parse"
-    );
-    assert_eq!(err.category(), "other");
-}
-
 #[tokio::test]
 async fn usable_from_spawn_blocking() {
     let fx = Fixture::new();
@@ -735,25 +583,18 @@ async fn usable_from_spawn_blocking() {
             let url = url.clone();
             tokio::task::spawn_blocking(move || {
                 let repo = cache.open_or_clone(&url, &GitAuth::Anonymous)?;
-                write_with_retry(
-                    &repo,
-                    "main",
-                    &GitAuth::Anonymous,
-                    5,
-                    |_: &Repo, _: Oid| {
-                        Ok(Some((
-                            vec![edit(&format!("apps/t{i}.yaml"), "x: 1\n")],
-                            format!("task {i}"),
-                        )))
-                    },
-                    &author(),
-                )
+                // The lease is held from here to the push: the other task fetches after it.
+                let head = repo.fetch("main", &GitAuth::Anonymous)?;
+                let edits = [edit(&format!("apps/t{i}.yaml"), "x: 1\n")];
+                let commit = repo
+                    .commit_edits("main", head, &edits, &format!("task {i}"), &author())?
+                    .expect("a new file changes the tree");
+                repo.push("main", commit, &GitAuth::Anonymous)
             })
         })
         .collect();
     for t in tasks {
-        let out = t.await.unwrap().unwrap();
-        assert!(matches!(out, WriteOutcome::Committed { .. }), "{out:?}");
+        t.await.unwrap().unwrap();
     }
     assert_eq!(fx.remote_file("apps/t0.yaml"), "x: 1");
     assert_eq!(fx.remote_file("apps/t1.yaml"), "x: 1");
@@ -1081,30 +922,26 @@ fn ssh_end_to_end_with_host_key_verification() {
     assert_eq!(fx.remote_main(), theirs);
 
     // A server-side refusal (hook, protected branch) arrives through the
-    // per-ref status report, and is not retried because nobody raced us.
+    // per-ref status report as a rejection carrying the server's message.
     let hook = fx.remote.join("hooks/pre-receive");
     write(&hook, "#!/bin/sh\necho 'main is protected' >&2\nexit 1\n");
     std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut calls = 0;
-    let err = write_with_retry(
-        &repo,
-        "main",
-        &auth,
-        5,
-        |_: &Repo, _: Oid| {
-            calls += 1;
-            Ok(Some((
-                vec![edit("top.yaml", "kind: Hooked\n")],
-                "hooked".into(),
-            )))
-        },
-        &author(),
-    )
-    .unwrap_err();
+    let head = repo.fetch("main", &auth).unwrap();
+    assert_eq!(head, theirs);
+    let hooked = repo
+        .commit_edits(
+            "main",
+            head,
+            &[edit("top.yaml", "kind: Hooked\n")],
+            "hooked",
+            &author(),
+        )
+        .unwrap()
+        .unwrap();
+    let err = repo.push("main", hooked, &auth).unwrap_err();
     assert!(
         matches!(&err, GitError::PushRejected { message, .. } if message.contains("hook")),
         "{err}"
     );
-    assert_eq!(calls, 1);
     assert_eq!(fx.remote_main(), theirs);
 }

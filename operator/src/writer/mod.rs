@@ -6,8 +6,8 @@
 //! branch, credentials), reached through a channel. [`GitWriter::apply`] sends a job (the
 //! intent plus a one-shot reply channel) and waits for its own [`WriteResult`]. The task
 //! collects jobs until the batching window after the first one closes (or the batch is
-//! full), then runs the batch on the blocking pool (`batch.rs`: fetch, plan all, commit once,
-//! push, re-plan and retry on rejection). A task that stays idle exits to free its memory; the
+//! full), then runs the batch on the blocking pool (`batch.rs`: plan all, commit once, over the
+//! one fetch → plan → commit → push → retry loop of `commit_loop.rs`). A task that stays idle exits to free its memory; the
 //! next intent starts a new one.
 //!
 //! A promotion's commit ([`GitWriter::commit`], a [`CommitRequest`]: file edits with a message,
@@ -36,6 +36,8 @@
 
 mod batch;
 mod commit;
+mod commit_loop;
+mod error;
 mod history;
 mod message;
 
@@ -52,12 +54,13 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 pub use commit::{CommitOutcome, CommitRequest, CommitResult, PlanEdits};
+pub use commit_loop::backoff;
+pub use error::WriteError;
 pub(crate) use history::HistoryReader;
 pub use message::{
     Change, CommitTemplate, DEFAULT_COMMIT_TEMPLATE, TemplateError, short_image, subject,
 };
 
-use crate::error::ReconcileError;
 use crate::{
     git::{Author, CommitSigner, GitAuth, RepoCache, SigningKeyError, WritePoint},
     manifests::{EditOptions, ImageChange, TargetSpec},
@@ -271,14 +274,14 @@ enum Job {
     /// A planned commit (a promotion's), written on its own after the intents it arrived with.
     Commit {
         request: CommitRequest,
-        reply: oneshot::Sender<Result<CommitResult, ReconcileError>>,
+        reply: oneshot::Sender<Result<CommitResult, WriteError>>,
     },
 }
 
 /// An intent and where its answer goes.
 struct IntentJob {
     request: WriteRequest,
-    reply: oneshot::Sender<Result<WriteResult, ReconcileError>>,
+    reply: oneshot::Sender<Result<WriteResult, WriteError>>,
 }
 
 /// State shared by the writer and its tasks.
@@ -288,7 +291,7 @@ struct Shared {
     metrics: Arc<Metrics>,
     tasks: Mutex<HashMap<WriterKey, (u64, mpsc::Sender<Job>)>>,
     next_task: AtomicU64,
-    fetched: batch::FetchTimes,
+    fetched: commit_loop::FetchTimes,
     unchanged: Unchanged,
 }
 
@@ -404,7 +407,7 @@ impl GitWriter {
 
     /// A writer keeping its clones under `cache_dir/git`.
     pub fn with_options(cache_dir: &Path, options: WriterOptions, metrics: Arc<Metrics>) -> Self {
-        let fetched = batch::FetchTimes::new(options.reuse_fetch);
+        let fetched = commit_loop::FetchTimes::new(options.reuse_fetch);
         Self {
             shared: Arc::new(Shared {
                 cache: Arc::new(RepoCache::new(cache_dir.join("git"))),
@@ -443,7 +446,7 @@ impl GitWriter {
     /// Queues the intent with the others for its repository and branch and waits for its
     /// result: the target is read from Git at the fetched head and, unless `dry_run`, the
     /// change is committed and pushed (together with the rest of the batch) when Git differs.
-    pub async fn apply(&self, request: WriteRequest) -> Result<WriteResult, ReconcileError> {
+    pub async fn apply(&self, request: WriteRequest) -> Result<WriteResult, WriteError> {
         // Already answered on the head fetched moments ago: nothing to read again.
         if !self.shared.options.reuse_fetch.is_zero() {
             let key = UnchangedKey::of(&request);
@@ -464,26 +467,22 @@ impl GitWriter {
         let (reply, answer) = oneshot::channel();
         self.submit(&key, Job::Intent(Box::new(IntentJob { request, reply })))
             .await?;
-        answer.await.map_err(|_| {
-            ReconcileError::Internal("the git writer task stopped before answering".into())
-        })?
+        answer.await.map_err(|_| WriteError::Stopped)?
     }
 
     /// Queues a planned commit (a promotion's) in the task of its (repository, branch) and
     /// waits for it: fetched, planned, committed (signed like every commit) and pushed, and
     /// planned again on the new head when the push is rejected. It runs after the intents
     /// queued before it, on the same clone.
-    pub async fn commit(&self, request: CommitRequest) -> Result<CommitResult, ReconcileError> {
+    pub async fn commit(&self, request: CommitRequest) -> Result<CommitResult, WriteError> {
         let key = WriterKey::of_commit(&request);
         let (reply, answer) = oneshot::channel();
         self.submit(&key, Job::Commit { request, reply }).await?;
-        answer.await.map_err(|_| {
-            ReconcileError::Internal("the git writer task stopped before answering".into())
-        })?
+        answer.await.map_err(|_| WriteError::Stopped)?
     }
 
     /// Hands `job` to the task of `key`, starting one when needed.
-    async fn submit(&self, key: &WriterKey, mut job: Job) -> Result<(), ReconcileError> {
+    async fn submit(&self, key: &WriterKey, mut job: Job) -> Result<(), WriteError> {
         // A task that just retired closes its queue; the retry reaches a fresh one.
         for _ in 0..3 {
             let (id, sender) = self.sender_for(key);
@@ -495,9 +494,7 @@ impl GitWriter {
                 }
             }
         }
-        Err(ReconcileError::Internal(
-            "the git writer task for this repository is not accepting work".into(),
-        ))
+        Err(WriteError::NotAccepting)
     }
 
     fn sender_for(&self, key: &WriterKey) -> (u64, mpsc::Sender<Job>) {
@@ -628,14 +625,14 @@ async fn on_blocking_pool<T: Send + 'static>(
     shared: &Arc<Shared>,
     span: tracing::Span,
     known_head: Option<git2::Oid>,
-    write: impl FnOnce(&Shared, &batch::BatchConfig<'_>) -> T + Send + 'static,
+    write: impl FnOnce(&Shared, &commit_loop::WriteConfig<'_>) -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || {
         let _span = span.enter();
         let options = &shared.options;
         let hook = write_hook(options);
-        let config = batch::BatchConfig {
+        let config = commit_loop::WriteConfig {
             author: &options.author,
             signer: options.signer.as_ref(),
             attempts: options.push_attempts,
@@ -653,7 +650,7 @@ async fn on_blocking_pool<T: Send + 'static>(
 async fn write_planned(
     shared: &Arc<Shared>,
     request: CommitRequest,
-) -> Result<CommitResult, ReconcileError> {
+) -> Result<CommitResult, WriteError> {
     let span = tracing::info_span!(
         "commit",
         repository = %request.url,
@@ -665,14 +662,14 @@ async fn write_planned(
     })
     .await;
     match outcome {
-        Ok(run) => {
-            record_write(&shared.metrics, run.pushed, run.rejected, run.failure);
+        Ok((result, run)) => {
+            record_write(&shared.metrics, &run);
             count_reads(&shared.metrics, "fetch", 1);
-            run.result
+            result
         }
         Err(e) => {
             tracing::error!(error = %e, "git writer commit panicked or was cancelled");
-            Err(ReconcileError::Internal(format!("git task: {e}")))
+            Err(WriteError::Task(e.to_string()))
         }
     }
 }
@@ -711,13 +708,8 @@ async fn write_intents(
     let results = match outcome {
         Ok(outcome) => {
             pushed_head = outcome.pushed_head;
-            record_write(
-                &shared.metrics,
-                outcome.pushed.is_some(),
-                outcome.rejected,
-                outcome.failure,
-            );
-            let source = if outcome.reused_fetch {
+            record_write(&shared.metrics, &outcome.run);
+            let source = if outcome.run.reused_fetch {
                 "recent-fetch"
             } else {
                 "fetch"
@@ -728,7 +720,7 @@ async fn write_intents(
         Err(e) => {
             tracing::error!(error = %e, "git writer batch panicked or was cancelled");
             (0..count)
-                .map(|_| Err(ReconcileError::Internal(format!("git task: {e}"))))
+                .map(|_| Err(WriteError::Task(e.to_string())))
                 .collect()
         }
     };
@@ -757,7 +749,7 @@ fn count_reads(metrics: &Metrics, source: &str, n: u64) {
         .inc_by(n);
 }
 
-fn record_write(metrics: &Metrics, pushed: bool, rejected: u32, failure: Option<&'static str>) {
+fn record_write(metrics: &Metrics, run: &commit_loop::Run) {
     let push = |outcome: &str, n: u64| {
         if n > 0 {
             metrics
@@ -768,12 +760,12 @@ fn record_write(metrics: &Metrics, pushed: bool, rejected: u32, failure: Option<
                 .inc_by(n);
         }
     };
-    push("rejected", u64::from(rejected));
-    if pushed {
+    push("rejected", u64::from(run.rejections));
+    if run.pushed().is_some() {
         metrics.commits.inc();
         push("ok", 1);
     }
-    if let Some(category) = failure {
+    if let Some(category) = run.failure() {
         push(category, 1);
     }
 }

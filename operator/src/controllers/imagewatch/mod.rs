@@ -425,7 +425,7 @@ async fn reconcile_pattern(
                 Some(_) => {}
             }
         }
-        results[i].outcome = write;
+        results[i].outcome = write.map_err(ReconcileError::from);
     }
     if let (Some((commit, files, pushed)), Some(first)) = (followed, locations.first()) {
         follow_commit(watch, ctx, first.clone(), &commit, files, pushed);
@@ -600,7 +600,7 @@ async fn reconcile_single(
                     requests.into_iter().map(|r| write_step.writer.apply(r)),
                 ))
                 .await;
-            let mut results = results.into_iter();
+            let mut results = results.into_iter().map(|r| r.map_err(ReconcileError::from));
             let own = results
                 .next()
                 .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;

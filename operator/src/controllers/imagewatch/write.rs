@@ -166,7 +166,8 @@ pub(super) async fn write_and_propose(
             requests.into_iter().map(|r| ctx.writer.apply(r)),
         ))
         .await
-        .into_iter();
+        .into_iter()
+        .map(|r| r.map_err(ReconcileError::from));
     let write = results
         .next()
         .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
@@ -335,7 +336,7 @@ pub(super) async fn pattern_pull_requests(
             Ok(base) => {
                 written.push((i, heads[k].clone().unwrap_or_default(), write.clone(), base))
             }
-            Err(e) => results[i].outcome = Err(e),
+            Err(e) => results[i].outcome = Err(e.into()),
         }
     }
     let vars_of = |write: &WriteResult, base: &WriteResult| pull_request::TextVars {
