@@ -384,9 +384,9 @@ pub fn sample(name: &str) -> std::path::PathBuf {
     repo_root().join("samples").join(name)
 }
 
-/// The OpenPGP key files used to sign commits in tests (`operator/src/git/testdata`).
+/// The OpenPGP key files used to sign commits in tests (`operator/git/src/testdata`).
 pub fn signing_key(name: &str) -> std::path::PathBuf {
-    repo_root().join("operator/src/git/testdata").join(name)
+    repo_root().join("operator/git/src/testdata").join(name)
 }
 
 /// `git verify-commit --raw rev` in the bare repository `git_dir`, trusting only the public

@@ -40,7 +40,7 @@ const APP_ID: &str = "123456";
 const INSTALLATION: u64 = 4242;
 
 fn testdata(name: &str) -> PathBuf {
-    repo_root().join("operator/src/git/testdata").join(name)
+    repo_root().join("operator/git/src/testdata").join(name)
 }
 
 /// GitHub's `POST /app/installations/{id}/access_tokens`: the JWT must be signed by the app's

@@ -100,7 +100,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     .map_err(|e| RunError::Config(format!("registry client: {e}")))?;
     let writer = writer::GitWriter::with_options(
         &config.writer.cache_dir,
-        writer::WriterOptions::from_config(&config.writer).map_err(RunError::SigningKey)?,
+        writer_options(&config.writer).map_err(RunError::SigningKey)?,
         metrics.clone(),
     );
     // One AWS configuration (and so one credential cache) for ECR and SQS, loaded by the first
@@ -618,4 +618,45 @@ fn prune_cached(guard: &mut DeserializeGuard<ImageWatch>) {
             annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
         }
     }
+}
+
+/// The git writer's options from its part of the configuration; loads the signing key.
+fn writer_options(
+    config: &crate::config::WriterConfig,
+) -> Result<writer::WriterOptions, crate::git::SigningKeyError> {
+    let signer = match &config.signing_key {
+        Some(path) => {
+            let signer = crate::git::CommitSigner::from_file(path)?;
+            tracing::info!(format = signer.format(), key = %signer.key_id(), "signing commits");
+            Some(signer)
+        }
+        None => None,
+    };
+    #[cfg(feature = "test-hooks")]
+    let crash_point = config
+        .crash_point
+        .as_deref()
+        .and_then(crate::git::WritePoint::from_name);
+    #[cfg(feature = "test-hooks")]
+    if let Some(point) = crash_point {
+        tracing::warn!(
+            point = point.name(),
+            "test hook: the process will abort at this point of the first git write"
+        );
+    }
+    Ok(writer::WriterOptions {
+        push_attempts: config.push_attempts,
+        batch_window: config.batch_window,
+        batch_quiet: config.batch_quiet,
+        reuse_fetch: config.read_reuse,
+        // The CLI refused a template that does not parse.
+        commit_template: writer::CommitTemplate::parse(&config.commit_template).unwrap_or_default(),
+        signer,
+        #[cfg(feature = "test-hooks")]
+        crash_point,
+        ..writer::WriterOptions::new(crate::git::Author {
+            name: config.author.name.clone(),
+            email: config.author.email.clone(),
+        })
+    })
 }

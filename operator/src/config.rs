@@ -195,14 +195,7 @@ pub struct TelemetryConfig {
 }
 
 /// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+pub use imagewatch_telemetry::LogFormat;
 
 #[cfg(test)]
 mod tests {

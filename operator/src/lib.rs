@@ -11,22 +11,19 @@ pub mod config;
 pub mod controllers;
 pub mod error;
 pub mod explain;
-pub mod forge;
-pub mod git;
-pub mod http;
 pub mod import;
 pub mod notify;
-pub mod registry;
-pub mod scan;
 pub mod setimage;
-pub mod signature;
 pub mod sources;
-pub mod telemetry;
-pub mod ttl_cache;
-pub mod writer;
 
-// The pure decisions live in the `imagewatch-engine` crate; these paths keep naming them.
+// The pure decisions live in the `imagewatch-engine` crate, the clients in the crates beside
+// it (see the code layout in operator/README.md); these paths name them from the binary.
 pub use imagewatch_engine::{manifests, policy};
+pub use imagewatch_forge as forge;
+pub use imagewatch_git::{self as git, writer};
+pub use imagewatch_registry::{self as registry, scan, signature};
+pub use imagewatch_support::{http, ttl_cache};
+pub use imagewatch_telemetry as telemetry;
 
 /// Promotion decisions: [`imagewatch_engine::promotion`], plus the reading of listed ImageWatch
 /// objects into the parts it takes.

@@ -425,6 +425,16 @@ fn sdk_operations(krate: &str) -> BTreeSet<String> {
 }
 
 /// The non-test Rust sources of the operator.
+/// The source directories of the operator's crates that do I/O.
+const OPERATOR_SOURCES: [&str; 6] = [
+    "operator/src",
+    "operator/support/src",
+    "operator/telemetry/src",
+    "operator/registry/src",
+    "operator/git/src",
+    "operator/forge/src",
+];
+
 fn operator_sources() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         for entry in std::fs::read_dir(dir)
@@ -449,7 +459,10 @@ fn operator_sources() -> Vec<(PathBuf, String)> {
         }
     }
     let mut out = Vec::new();
-    walk(&repo().join("operator/src"), &mut out);
+    // The binary and the client crates beside it (the engine makes no calls).
+    for src in OPERATOR_SOURCES {
+        walk(&repo().join(src), &mut out);
+    }
     out
 }
 

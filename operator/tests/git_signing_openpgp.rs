@@ -87,7 +87,7 @@ async fn signed_commit_verifies_with_gpg(key_file: &str, signer_fingerprint: &st
     let key = fx.tmp.path().join("signing-key.asc");
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/git/testdata")
+            .join("git/src/testdata")
             .join(key_file),
         &key,
     )

@@ -1,6 +1,7 @@
-//! The operator's modules import downwards only: among the children of any module (the
-//! crate root's top-level modules, the files of `registry/`, …) the graph of "uses something
-//! of" has no cycle. The graph is read from the source: every `crate::…` and `super::…` path
+//! The operator's modules import downwards only. Between its crates the compiler keeps the
+//! layers (an upward import does not build); inside each crate, among the children of any
+//! module (the crate root's top-level modules, the files of `distribution/`, …) the graph of
+//! "uses something of" has no cycle. The graph is read from the source: every `crate::…` and `super::…` path
 //! outside `#[cfg(test)]` code, including the `use` trees, counted as an edge from the file's
 //! module to the sibling subtree it names.
 
@@ -246,11 +247,25 @@ fn cycles_under(src: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The operator's crates, as directories under `operator/`: the binary, the engine and the
+/// clients beside it.
+const CRATES: [&str; 7] = [
+    ".",
+    "engine",
+    "support",
+    "telemetry",
+    "registry",
+    "git",
+    "forge",
+];
+
 #[test]
 fn modules_import_downwards_only() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut cycles = cycles_under(&root.join("src"));
-    cycles.extend(cycles_under(&root.join("engine/src")));
+    let mut cycles = Vec::new();
+    for krate in CRATES {
+        cycles.extend(cycles_under(&root.join(krate).join("src")));
+    }
     assert!(
         cycles.is_empty(),
         "import cycles between modules:\n{}",
@@ -299,6 +314,19 @@ fn external_crates(root: &Path) -> Vec<String> {
 #[test]
 fn no_module_imports_another_by_glob() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut offenders = Vec::new();
+    for krate in CRATES {
+        offenders.extend(globs_of_crate(&root.join(krate)));
+    }
+    assert!(
+        offenders.is_empty(),
+        "glob imports:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The glob imports of the crate at `root`, as `file: statement`.
+fn globs_of_crate(root: &Path) -> Vec<String> {
     let external = external_crates(root);
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
@@ -316,11 +344,7 @@ fn no_module_imports_another_by_glob() {
             offenders.push(format!("{}: {glob}", file.display()));
         }
     }
-    assert!(
-        offenders.is_empty(),
-        "glob imports:\n{}",
-        offenders.join("\n")
-    );
+    offenders
 }
 
 #[test]
@@ -444,4 +468,80 @@ fn the_reader_sees_signatures_that_name_the_shared_context() {
         signatures_naming(code, &["Context", "Shared"]),
         vec!["wide".to_string(), "arc".to_string()]
     );
+}
+
+/// The `imagewatch-…` crates in the `[dependencies]` of the crate at `root`.
+fn own_dependencies(root: &Path) -> BTreeSet<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut out = BTreeSet::new();
+    let mut in_dependencies = false;
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+        } else if in_dependencies
+            && let Some((name, _)) = line.split_once('=')
+            && name.trim().starts_with("imagewatch")
+        {
+            out.insert(name.trim().to_string());
+        }
+    }
+    out
+}
+
+/// The layers of the operator's crates, bottom up: the engine (pure) and `support` (HTTP
+/// clients, the TTL cache); `telemetry`; the clients `registry`, `git` (with the writer) and
+/// `forge`, which know nothing of each other; the binary on top. The compiler refuses an
+/// import against a dependency; this pins the dependencies themselves.
+#[test]
+fn each_crate_depends_on_the_layers_below_it_only() {
+    let layers: [(&str, &[&str]); 7] = [
+        ("engine", &["imagewatch-crd"]),
+        ("support", &[]),
+        ("telemetry", &["imagewatch-crd", "imagewatch-engine"]),
+        (
+            "registry",
+            &["imagewatch-crd", "imagewatch-engine", "imagewatch-support"],
+        ),
+        (
+            "git",
+            &[
+                "imagewatch-crd",
+                "imagewatch-engine",
+                "imagewatch-support",
+                "imagewatch-telemetry",
+            ],
+        ),
+        (
+            "forge",
+            &[
+                "imagewatch-crd",
+                "imagewatch-engine",
+                "imagewatch-telemetry",
+            ],
+        ),
+        (
+            ".",
+            &[
+                "imagewatch-crd",
+                "imagewatch-engine",
+                "imagewatch-forge",
+                "imagewatch-git",
+                "imagewatch-registry",
+                "imagewatch-support",
+                "imagewatch-telemetry",
+            ],
+        ),
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(
+        layers.map(|(k, _)| k).iter().collect::<BTreeSet<_>>(),
+        CRATES.iter().collect::<BTreeSet<_>>(),
+        "every crate has its layer"
+    );
+    for (krate, allowed) in layers {
+        let found = own_dependencies(&root.join(krate));
+        let allowed: BTreeSet<String> = allowed.iter().map(|s| s.to_string()).collect();
+        assert_eq!(found, allowed, "operator/{krate}/Cargo.toml");
+    }
 }

@@ -666,7 +666,7 @@ mod moto_tests {
     use aws_sdk_sqs::types::QueueAttributeName;
 
     use super::*;
-    use crate::registry::ecr::moto_tests::{
+    use crate::registry::moto::{
         MOTO_ACCOUNT, moto_helper, moto_url, test_sdk_config, unique, wait_for,
     };
 
