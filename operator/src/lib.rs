@@ -14,7 +14,6 @@ pub mod explain;
 pub mod import;
 pub mod notify;
 pub mod setimage;
-pub mod sources;
 
 // The pure decisions live in the `imagewatch-engine` crate, the clients in the crates beside
 // it (see the code layout in operator/README.md); these paths name them from the binary.
@@ -22,6 +21,7 @@ pub use imagewatch_engine::{manifests, policy};
 pub use imagewatch_forge as forge;
 pub use imagewatch_git::{self as git, writer};
 pub use imagewatch_registry::{self as registry, scan, signature};
+pub use imagewatch_sources as sources;
 pub use imagewatch_support::{http, ttl_cache};
 pub use imagewatch_telemetry as telemetry;
 

@@ -426,13 +426,14 @@ fn sdk_operations(krate: &str) -> BTreeSet<String> {
 
 /// The non-test Rust sources of the operator.
 /// The source directories of the operator's crates that do I/O.
-const OPERATOR_SOURCES: [&str; 6] = [
+const OPERATOR_SOURCES: [&str; 7] = [
     "operator/src",
     "operator/support/src",
     "operator/telemetry/src",
     "operator/registry/src",
     "operator/git/src",
     "operator/forge/src",
+    "operator/sources/src",
 ];
 
 fn operator_sources() -> Vec<(PathBuf, String)> {

@@ -249,7 +249,7 @@ fn cycles_under(src: &Path) -> Vec<String> {
 
 /// The operator's crates, as directories under `operator/`: the binary, the engine and the
 /// clients beside it.
-const CRATES: [&str; 7] = [
+const CRATES: [&str; 8] = [
     ".",
     "engine",
     "support",
@@ -257,6 +257,7 @@ const CRATES: [&str; 7] = [
     "registry",
     "git",
     "forge",
+    "sources",
 ];
 
 #[test]
@@ -491,11 +492,12 @@ fn own_dependencies(root: &Path) -> BTreeSet<String> {
 
 /// The layers of the operator's crates, bottom up: the engine (pure) and `support` (HTTP
 /// clients, the TTL cache); `telemetry`; the clients `registry`, `git` (with the writer) and
-/// `forge`, which know nothing of each other; the binary on top. The compiler refuses an
+/// `forge`, which know nothing of each other; the event `sources` above the registry; the
+/// binary on top. The compiler refuses an
 /// import against a dependency; this pins the dependencies themselves.
 #[test]
 fn each_crate_depends_on_the_layers_below_it_only() {
-    let layers: [(&str, &[&str]); 7] = [
+    let layers: [(&str, &[&str]); 8] = [
         ("engine", &["imagewatch-crd"]),
         ("support", &[]),
         ("telemetry", &["imagewatch-crd", "imagewatch-engine"]),
@@ -521,6 +523,15 @@ fn each_crate_depends_on_the_layers_below_it_only() {
             ],
         ),
         (
+            "sources",
+            &[
+                "imagewatch-crd",
+                "imagewatch-engine",
+                "imagewatch-registry",
+                "imagewatch-telemetry",
+            ],
+        ),
+        (
             ".",
             &[
                 "imagewatch-crd",
@@ -528,6 +539,7 @@ fn each_crate_depends_on_the_layers_below_it_only() {
                 "imagewatch-forge",
                 "imagewatch-git",
                 "imagewatch-registry",
+                "imagewatch-sources",
                 "imagewatch-support",
                 "imagewatch-telemetry",
             ],

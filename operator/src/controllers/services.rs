@@ -5,10 +5,7 @@
 //! contexts that read Secrets.
 
 use crate::{
-    cluster::{
-        secrets::{SecretAccess, SecretCache},
-        shard::ShardManager,
-    },
+    cluster::secrets::{SecretAccess, SecretCache},
     controllers::Context,
     scan::{appearances::Appearances, index::RepositoryIndex},
     sources::routing::{PendingEvents, RouteTargets},
@@ -63,8 +60,10 @@ impl RouteTargets for Context {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
-    fn shards(&self) -> Option<&ShardManager> {
-        self.shards.as_deref()
+    fn forward_to_peers(&self, event: &crate::registry::RegistryEvent) {
+        if let Some(shards) = &self.shards {
+            shards.forward(event);
+        }
     }
     fn appearances(&self) -> &Appearances {
         &self.appearances

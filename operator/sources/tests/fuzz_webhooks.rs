@@ -17,11 +17,11 @@
 use std::path::Path;
 use std::sync::LazyLock;
 
-use imagewatch::registry::{RepositoryRef, is_ecr_host, is_valid_digest, is_valid_tag};
-use imagewatch::sources::RegistryEvent;
-use imagewatch::sources::eventbridge::{self, EVENT_SOURCE};
-use imagewatch::sources::webhook::Provider;
-use imagewatch::sources::webhook::payloads::{self, ParseOptions};
+use imagewatch_registry::{RepositoryRef, is_ecr_host, is_valid_digest, is_valid_tag};
+use imagewatch_sources::RegistryEvent;
+use imagewatch_sources::eventbridge::{self, EVENT_SOURCE};
+use imagewatch_sources::webhook::Provider;
+use imagewatch_sources::webhook::payloads::{self, ParseOptions};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::RngSeed;

@@ -9,13 +9,11 @@ use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    RegistryEvent,
     config::SourcesConfig,
-    sources::{
-        RegistryEvent,
-        webhook::{Provider, WebhookSecrets, WebhookState},
-    },
-    telemetry::{Metrics, WebhookLabels},
+    webhook::{Provider, WebhookSecrets, WebhookState},
 };
+use imagewatch_telemetry::{Metrics, WebhookLabels};
 
 /// How often the webhook Secret is re-read (rotation without restart).
 const SECRET_RELOAD: Duration = Duration::from_secs(30);
@@ -25,13 +23,13 @@ pub fn start(
     config: &SourcesConfig,
     client: Client,
     metrics: Arc<Metrics>,
-    aws: &crate::registry::ecr::LazyAwsConfig,
+    aws: &imagewatch_registry::ecr::LazyAwsConfig,
     events: mpsc::Sender<RegistryEvent>,
     shutdown: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(sqs) = &config.sqs {
-        let mut options = crate::sources::sqs::SqsOptions::new(sqs.queue_url.clone());
+        let mut options = crate::sqs::SqsOptions::new(sqs.queue_url.clone());
         options.default_account = sqs.default_account.clone();
         options.endpoint_url = sqs.endpoint_url.clone();
         let aws = aws.clone();
@@ -39,9 +37,9 @@ pub fn start(
         let sink = events.clone();
         let metrics = metrics.clone();
         tasks.push(tokio::spawn(async move {
-            let region = crate::sources::sqs::region_from_queue_url(&options.queue_url);
+            let region = crate::sqs::region_from_queue_url(&options.queue_url);
             let sdk_config = aws.get(region.as_deref()).await;
-            match crate::sources::sqs::SqsConsumer::new(&sdk_config, options) {
+            match crate::sqs::SqsConsumer::new(&sdk_config, options) {
                 Ok(consumer) => {
                     let counters = consumer.counters();
                     let stopped = CancellationToken::new();
@@ -89,8 +87,7 @@ pub fn start(
             };
             readiness_metrics.readiness.met(WEBHOOK_LISTENER);
             let shutdown = async move { token.cancelled().await };
-            if let Err(e) = crate::sources::webhook::serve_listener(listener, state, shutdown).await
-            {
+            if let Err(e) = crate::webhook::serve_listener(listener, state, shutdown).await {
                 tracing::error!(error = %e, %addr, "webhook receiver stopped");
             }
         }));
@@ -107,11 +104,11 @@ const SQS_EXPORT: Duration = Duration::from_secs(5);
 /// Adds the SQS consumer's new counts to `imagewatch_sqs_messages_total` until `shutdown`,
 /// and once more then.
 async fn export_sqs_counters(
-    counters: Arc<crate::sources::sqs::SqsCounters>,
+    counters: Arc<crate::sqs::SqsCounters>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let mut deltas = crate::telemetry::CountDeltas::default();
+    let mut deltas = imagewatch_telemetry::CountDeltas::default();
     loop {
         export_sqs_once(&counters, &metrics, &mut deltas);
         tokio::select! {
@@ -125,15 +122,15 @@ async fn export_sqs_counters(
 }
 
 fn export_sqs_once(
-    counters: &crate::sources::sqs::SqsCounters,
+    counters: &crate::sqs::SqsCounters,
     metrics: &Metrics,
-    deltas: &mut crate::telemetry::CountDeltas<String>,
+    deltas: &mut imagewatch_telemetry::CountDeltas<String>,
 ) {
     for (result, value) in counters.snapshot() {
         let added = deltas.advance(result.to_string(), value);
         metrics
             .sqs_messages
-            .get_or_create(&crate::telemetry::SqsLabels {
+            .get_or_create(&imagewatch_telemetry::SqsLabels {
                 result: result.to_string(),
             })
             .inc_by(added);
@@ -151,7 +148,7 @@ async fn reload_secrets(
 ) {
     let api: Api<Secret> = Api::namespaced(client, &namespace);
     let mut last_error = String::new();
-    let mut deltas = crate::telemetry::CountDeltas::default();
+    let mut deltas = imagewatch_telemetry::CountDeltas::default();
     loop {
         match api.get_opt(&name).await {
             Ok(Some(secret)) => {
@@ -193,7 +190,7 @@ async fn reload_secrets(
 fn export_counters(
     state: &WebhookState,
     metrics: &Metrics,
-    deltas: &mut crate::telemetry::CountDeltas<WebhookLabels>,
+    deltas: &mut imagewatch_telemetry::CountDeltas<WebhookLabels>,
 ) {
     for (provider, snapshot) in state.counters().snapshot() {
         let mut set = |result: &str, value: u64| {

@@ -28,8 +28,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::Provider;
-use crate::registry::reference::{RepositoryRef, is_valid_digest, is_valid_tag};
-use crate::sources::RegistryEvent;
+use crate::RegistryEvent;
+use imagewatch_registry::reference::{RepositoryRef, is_valid_digest, is_valid_tag};
 
 /// Registry host of GitHub's Container registry.
 pub const GHCR_REGISTRY: &str = "ghcr.io";

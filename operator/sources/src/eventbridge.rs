@@ -25,7 +25,7 @@
 use serde_json::Value;
 
 use super::RegistryEvent;
-use crate::registry::{RepositoryRef, is_ecr_host, is_valid_digest, is_valid_tag};
+use imagewatch_registry::{RepositoryRef, is_ecr_host, is_valid_digest, is_valid_tag};
 
 /// `detail-type` of ECR image push/delete events.
 pub const ECR_DETAIL_TYPE: &str = "ECR Image Action";

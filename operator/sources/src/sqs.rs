@@ -188,7 +188,7 @@ impl std::fmt::Debug for SqsConsumer {
 
 impl SqsConsumer {
     /// A consumer using `sdk_config`'s credentials (share the one given to the ECR tag
-    /// source, see [`load_aws_config`](crate::registry::ecr::load_aws_config)).
+    /// source, see [`load_aws_config`](imagewatch_registry::ecr::load_aws_config)).
     pub fn new(sdk_config: &SdkConfig, options: SqsOptions) -> Result<Self, SqsConfigError> {
         if options.queue_url.trim().is_empty() {
             return Err(SqsConfigError::InvalidOption("queue URL is empty".into()));
@@ -666,7 +666,7 @@ mod moto_tests {
     use aws_sdk_sqs::types::QueueAttributeName;
 
     use super::*;
-    use crate::registry::moto::{
+    use imagewatch_registry::moto::{
         MOTO_ACCOUNT, moto_helper, moto_url, test_sdk_config, unique, wait_for,
     };
 

@@ -19,8 +19,10 @@ use kube::{
 };
 use tokio::sync::mpsc;
 
-use crate::{registry::RepositoryRef, sources::RegistryEvent, telemetry::EventLabels};
+use crate::RegistryEvent;
 pub use imagewatch_engine::stages::{PushStages, Trigger};
+use imagewatch_registry::RepositoryRef;
+use imagewatch_telemetry::EventLabels;
 
 /// The watches of `store` whose image is `event`'s repository, or a pattern matching it (so
 /// a new repository becomes a member at once). Pure over the store's snapshot.
@@ -42,7 +44,7 @@ pub fn watches_for(
             continue;
         };
         let wake = if w.spec.is_pattern() {
-            crate::registry::pattern_image::pattern_matches(
+            imagewatch_registry::pattern_image::pattern_matches(
                 &w.spec.image,
                 &registry,
                 &event.repository,
@@ -81,7 +83,7 @@ const MAX_POLICIES: usize = 4096;
 /// compiled once, not once per event and watch).
 #[derive(Default)]
 pub struct Policies {
-    built: HashMap<String, Option<crate::policy::TagPolicy>>,
+    built: HashMap<String, Option<imagewatch_engine::policy::TagPolicy>>,
 }
 
 impl Policies {
@@ -102,7 +104,7 @@ impl Policies {
         }
         self.built
             .entry(key)
-            .or_insert_with(|| crate::policy::TagPolicy::from_rules(&rules).ok())
+            .or_insert_with(|| imagewatch_engine::policy::TagPolicy::from_rules(&rules).ok())
             .as_ref()
             .is_none_or(|policy| policy.matches(tag))
     }
@@ -230,13 +232,14 @@ pub fn fresh(at: Instant, now: Instant) -> Option<Duration> {
 /// The controllers' shared context implements it, so this module never sees the controllers.
 pub trait RouteTargets {
     /// Where events are counted.
-    fn metrics(&self) -> &crate::telemetry::Metrics;
-    /// The shards of this replica, when replicas split the work.
-    fn shards(&self) -> Option<&crate::cluster::shard::ShardManager>;
+    fn metrics(&self) -> &imagewatch_telemetry::Metrics;
+    /// Hands an event on to the other replicas, when replicas split the work (the owner of
+    /// a watch's shard may be another replica); nothing without shards.
+    fn forward_to_peers(&self, event: &RegistryEvent);
     /// When each tag appeared (an event's time orders its tag).
-    fn appearances(&self) -> &crate::scan::appearances::Appearances;
+    fn appearances(&self) -> &imagewatch_registry::scan::appearances::Appearances;
     /// The repository index an event invalidates.
-    fn index(&self) -> &crate::scan::index::RepositoryIndex;
+    fn index(&self) -> &imagewatch_registry::scan::index::RepositoryIndex;
     /// Repositories with an event not yet seen by a reconcile.
     fn pending(&self) -> &PendingEvents;
 }
@@ -276,10 +279,8 @@ pub async fn route(
         }
         // With several replicas, the owner of a watch's shard may be another replica: tell
         // every peer (an event from a peer is not passed on again).
-        if event.source != "peer"
-            && let Some(shards) = ctx.shards()
-        {
-            shards.forward(&event);
+        if event.source != "peer" {
+            ctx.forward_to_peers(&event);
         }
         // Before the rescan: the listing that finds the tag orders it by this time.
         if let Some(tag) = &event.tag {

@@ -130,7 +130,7 @@ async fn start_registry(dir: &Path, hook_url: &str) -> Registry {
 /// Writes a one-layer OCI layout tagged `tag` with the project's e2e script; returns the
 /// manifest digest it prints.
 fn oci_layout(dir: &Path, tag: &str, content: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/scripts/oci_image.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../e2e/scripts/oci_image.py");
     let output = Command::new("python3")
         .arg(&script)
         .arg(dir)

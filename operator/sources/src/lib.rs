@@ -4,8 +4,9 @@
 //! A trigger never causes a commit by itself: it only asks the repository index to rescan the
 //! named repository, and only when some watch references it. The registry's answer decides.
 
-pub use crate::registry::RegistryEvent;
+pub use imagewatch_registry::RegistryEvent;
 
+pub mod config;
 pub mod eventbridge;
 pub mod routing;
 pub mod sqs;
