@@ -1,7 +1,8 @@
 //! The operator's modules import downwards only. Between its crates the compiler keeps the
 //! layers (an upward import does not build); inside each crate, among the children of any
-//! module (the crate root's top-level modules, the files of `distribution/`, …) the graph of
-//! "uses something of" has no cycle. The graph is read from the source: every `crate::…` and `super::…` path
+//! module (the crate root's top-level modules, the files of `distribution/`, …) and that
+//! module's own file, the graph of "uses something of" has no cycle: a parent whose code
+//! calls a child never defines what its children use. The graph is read from the source: every `crate::…` and `super::…` path
 //! outside `#[cfg(test)]` code, including the `use` trees, counted as an edge from the file's
 //! module to the sibling subtree it names.
 
@@ -43,10 +44,29 @@ fn module_of(src: &Path, file: &Path) -> ModPath {
     parts
 }
 
-/// The text before the first `#[cfg(test)]`, without line comments.
+/// The code of a file without its tests and line comments: a `#[cfg(test)]` item of one
+/// line (`use …;`, `mod x_tests;`, a `#[path]` module) is left out, and so is everything
+/// from the `#[cfg(test)] mod tests {` at the end of a file on.
 fn code_of(text: &str) -> String {
-    let code = text.split("\n#[cfg(test)]").next().unwrap_or("");
-    code.lines()
+    let mut kept = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() == "#[cfg(test)]" {
+            let next = lines.peek().map(|l| l.trim()).unwrap_or_default();
+            if next.starts_with("mod ") && next.contains('{') && !line.starts_with(' ') {
+                break;
+            }
+            if next.starts_with("#[path") {
+                lines.next();
+                lines.next();
+            } else if next.ends_with(';') {
+                lines.next();
+            }
+            continue;
+        }
+        kept.push(line);
+    }
+    kept.into_iter()
         .map(|l| match l.find("//") {
             Some(i) => &l[..i],
             None => l,
@@ -153,37 +173,164 @@ fn paths_after(code: &str, anchor: &str) -> Vec<ModPath> {
     out
 }
 
-/// parent module → (child → children it uses).
+/// The node of a module's own file among its children's nodes: its own items, and the code
+/// that uses its children.
+const OWN: &str = "(own)";
+
+/// The child modules of `module`: the files and folders of its directory (tests left out).
+fn children_of(src: &Path, module: &[String]) -> BTreeSet<String> {
+    let dir = module.iter().fold(src.to_path_buf(), |d, m| d.join(m));
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return BTreeSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let path = e.path();
+            let name = path.file_name()?.to_string_lossy().to_string();
+            if path.is_dir() {
+                return Some(name);
+            }
+            let stem = name.strip_suffix(".rs")?;
+            let test = stem == "tests" || stem.ends_with("_tests");
+            (!test && !matches!(stem, "mod" | "lib" | "main")).then(|| stem.to_string())
+        })
+        .collect()
+}
+
+/// The statements of `code` that re-export (`pub use`, `pub(crate) use`, `pub(super) use`).
+fn is_reexport(statement: &str) -> bool {
+    let s = statement.trim_start();
+    s.starts_with("pub use ") || (s.starts_with("pub(") && s.contains(") use "))
+}
+
+/// The names a module file re-exports from its children: name → child.
+fn reexports(code: &str, children: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for statement in code.split(';').filter(|s| is_reexport(s)) {
+        let tree = statement[statement.find(" use ").map_or(0, |i| i + 5)..].trim();
+        for path in expand(&[], tree) {
+            let path: Vec<&str> = path
+                .iter()
+                .map(String::as_str)
+                .skip_while(|p| *p == "self")
+                .collect();
+            let Some(first) = path.first() else { continue };
+            if !children.contains(*first) {
+                continue;
+            }
+            let name = tree_alias(tree, path.last().copied().unwrap_or_default());
+            out.insert(name, first.to_string());
+        }
+    }
+    out
+}
+
+/// The name an item of a `use` tree is re-exported as (`x as y` → `y`).
+fn tree_alias(tree: &str, last: &str) -> String {
+    let marker = format!("{last} as ");
+    match tree.find(&marker) {
+        Some(i) => tree[i + marker.len()..]
+            .chars()
+            .take_while(|c| is_ident(*c))
+            .collect(),
+        None => last.to_string(),
+    }
+}
+
+/// Paths of `code` that start with one of `children` (`child::…` without an anchor), outside
+/// re-exports.
+fn child_paths(code: &str, children: &BTreeSet<String>) -> Vec<ModPath> {
+    let mut out = Vec::new();
+    for statement in code.split(';').filter(|s| !is_reexport(s)) {
+        for child in children {
+            let needle = format!("{child}::");
+            let mut at = 0;
+            while let Some(pos) = statement[at..].find(&needle) {
+                let start = at + pos;
+                at = start + needle.len();
+                let before = &statement[..start];
+                if before.ends_with(|c: char| is_ident(c) || c == ':') {
+                    continue;
+                }
+                out.push(vec![child.clone()]);
+            }
+        }
+    }
+    out
+}
+
+/// parent module → (child → children it uses). A module's own file is the node [`OWN`]
+/// among its children: a child naming an item of its parent's file (not a re-export of a
+/// sibling) is an edge child → own, the parent's code naming a child is own → child.
 fn sibling_graph(src: &Path) -> BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let mut graph: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut codes = BTreeMap::new();
     for file in files {
         let name = file.file_name().unwrap_or_default().to_string_lossy();
         if name == "tests.rs" || name.ends_with("_tests.rs") {
             continue;
         }
-        let me = module_of(src, &file);
         let text = std::fs::read_to_string(&file).expect("readable source");
-        let code = code_of(&text);
-        let mut named = paths_after(&code, "crate::");
+        codes.insert(module_of(src, &file), code_of(&text));
+    }
+    let mut children: BTreeMap<ModPath, BTreeSet<String>> = BTreeMap::new();
+    let mut exported: BTreeMap<ModPath, BTreeMap<String, String>> = BTreeMap::new();
+    for (module, code) in &codes {
+        let kids = children_of(src, module);
+        exported.insert(module.clone(), reexports(code, &kids));
+        children.insert(module.clone(), kids);
+    }
+    let mut graph: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (me, code) in &codes {
+        let mut named = paths_after(code, "crate::");
         let parent: ModPath = me[..me.len().saturating_sub(1)].to_vec();
-        for p in paths_after(&code, "super::") {
+        for p in paths_after(code, "super::") {
             let mut full = parent.clone();
+            full.extend(p);
+            named.push(full);
+        }
+        for p in paths_after(code, "self::")
+            .into_iter()
+            .chain(child_paths(code, &children[me]))
+        {
+            let mut full = me.clone();
             full.extend(p);
             named.push(full);
         }
         for target in named {
             let common = me.iter().zip(&target).take_while(|(a, b)| a == b).count();
-            if common >= me.len() || common >= target.len() {
-                continue; // an ancestor or a descendant, not a sibling subtree
+            if common >= target.len() {
+                continue; // the module itself or an ancestor, not an item
             }
-            graph
-                .entry(me[..common].to_vec())
-                .or_default()
-                .entry(me[common].clone())
-                .or_default()
-                .insert(target[common].clone());
+            let at = me[..common].to_vec();
+            let kids = children.get(&at).cloned().unwrap_or_default();
+            let node = |name: &str| -> String {
+                if kids.contains(name) {
+                    name.to_string()
+                } else {
+                    exported
+                        .get(&at)
+                        .and_then(|e| e.get(name))
+                        .cloned()
+                        .unwrap_or_else(|| OWN.to_string())
+                }
+            };
+            let from = if common == me.len() {
+                OWN.to_string()
+            } else {
+                me[common].clone()
+            };
+            let to = node(&target[common]);
+            if from != to {
+                graph
+                    .entry(at)
+                    .or_default()
+                    .entry(from)
+                    .or_default()
+                    .insert(to);
+            }
         }
     }
     graph
@@ -386,6 +533,49 @@ fn the_reader_sees_cycles_and_use_trees() {
     std::fs::write(src.join("b.rs"), "").expect("write");
     std::fs::write(src.join("a/y.rs"), "use crate::a::x::X;\n").expect("write");
     assert_eq!(cycles_under(src), vec!["a: x → y → x".to_string()]);
+}
+
+#[test]
+fn the_reader_sees_a_parent_and_its_child_using_each_other() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("p")).expect("dir");
+    std::fs::write(src.join("lib.rs"), "pub mod p;\n").expect("write");
+    // The parent re-exports a child's item and defines one of its own; the children use
+    // both, and a one-line test import is not code.
+    std::fs::write(
+        src.join("p/mod.rs"),
+        "mod c; mod d;\npub use d::Shared;\npub struct Own;\n",
+    )
+    .expect("write");
+    std::fs::write(
+        src.join("p/c.rs"),
+        "#[cfg(test)]\nuse super::Own;\nuse super::Shared;\nfn f() {}\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("p/d.rs"), "pub struct Shared;\n").expect("write");
+    assert!(cycles_under(src).is_empty(), "{:?}", cycles_under(src));
+    // A child uses the parent's own item while the parent's code calls that child.
+    std::fs::write(src.join("p/c.rs"), "use super::Own;\npub fn g() {}\n").expect("write");
+    std::fs::write(
+        src.join("p/mod.rs"),
+        "mod c; mod d;\npub use d::Shared;\npub struct Own;\nfn f() { c::g(); }\n",
+    )
+    .expect("write");
+    assert_eq!(cycles_under(src), vec!["p: (own) → c → (own)".to_string()]);
+    // Through a re-export: d uses c (re-exported by the parent) and c uses d.
+    std::fs::write(
+        src.join("p/mod.rs"),
+        "mod c; mod d;\npub use c::g;\npub use d::Shared;\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("p/c.rs"), "use super::Shared;\npub fn g() {}\n").expect("write");
+    std::fs::write(
+        src.join("p/d.rs"),
+        "pub struct Shared;\nfn h() { super::g(); }\n",
+    )
+    .expect("write");
+    assert_eq!(cycles_under(src), vec!["p: c → d → c".to_string()]);
 }
 
 /// The functions in `code` whose signature (parameters, return type, bounds) names one of

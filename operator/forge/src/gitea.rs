@@ -16,7 +16,8 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest, PullRequestState};
+use super::{ForgeClient, ForgeError};
+use imagewatch_engine::forge::{NewPullRequest, PullRequest, PullRequestState};
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)

@@ -15,7 +15,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::http::{encode_query, encode_segment};
-use super::{ForgeClient, ForgeError, NewPullRequest, PullRequest, PullRequestState};
+use super::{ForgeClient, ForgeError};
+use imagewatch_engine::forge::{NewPullRequest, PullRequest, PullRequestState};
 
 fn project(c: &ForgeClient) -> String {
     encode_segment(&c.repository)

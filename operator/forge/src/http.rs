@@ -6,7 +6,8 @@ use std::time::Duration;
 use reqwest::{Method, header::HeaderMap};
 use serde_json::Value;
 
-use super::{ForgeClient, ForgeError, ForgeProvider, provider_name};
+use super::{ForgeClient, ForgeError, provider_name};
+use imagewatch_crd::promotion::ForgeProvider;
 
 /// Most pages followed in one listing (a policy's head branch has one open pull request;
 /// this bounds a misbehaving server).

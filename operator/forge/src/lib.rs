@@ -17,319 +17,27 @@
 //! The API base URL is configurable (`pullRequest.apiUrl`), so self-hosted forges and test
 //! stubs work the same way.
 
+mod client;
+mod error;
 mod gitea;
 mod github;
 mod gitlab;
 mod http;
 mod notes;
 
+pub use client::{ForgeClient, default_api_url, provider_name, split_git_url};
+pub use error::{ForgeError, TRY_AGAIN_ATTEMPTS, try_again_delay, try_again_later};
+
 /// The wait a `Retry-After` header asks for.
 pub use http::retry_after as retry_after_of;
 
-use std::{sync::Arc, time::Duration};
-
 pub use imagewatch_crd::promotion::ForgeProvider;
-
-use imagewatch_telemetry::{ForgeLabels, Metrics};
 
 pub use imagewatch_engine::forge::{
     EnsureAction, Ensured, NewPullRequest, PullRequest, PullRequestState,
 };
 
-/// Attempts of a request the forge answered with "try again later" (Gitea answers a merge
-/// request with `405 Please try again later` while its mergeability check is still queued).
-pub const TRY_AGAIN_ATTEMPTS: u32 = 6;
-
-/// Whether the forge asked to repeat the request shortly (pure): Gitea's 405 "Please try
-/// again later" while a pull request's mergeability is being checked. Other 405s (GitLab's
-/// "Method Not Allowed" for a merge request that cannot be merged) are final.
-pub fn try_again_later(e: &ForgeError) -> bool {
-    matches!(e, ForgeError::Rejected { status: 405, message, .. }
-        if message.to_ascii_lowercase().contains("try again later"))
-}
-
-/// The wait before attempt `attempt + 1` after a "try again later" (pure): 250 ms doubling,
-/// at most 4 s.
-pub fn try_again_delay(attempt: u32) -> Duration {
-    use backon::{BackoffBuilder as _, ExponentialBuilder};
-    let max = Duration::from_secs(4);
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(250))
-        .with_max_delay(max)
-        .with_factor(2.0)
-        .without_max_times()
-        .build()
-        .nth(attempt.min(4) as usize)
-        .unwrap_or(max)
-}
-
-/// A forge API failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ForgeError {
-    /// The token was refused or lacks a permission (401, 403).
-    #[error("{provider} refused the credentials (HTTP {status}): {message}")]
-    Unauthorized {
-        /// Provider.
-        provider: &'static str,
-        /// Status.
-        status: u16,
-        /// The forge's message.
-        message: String,
-    },
-    /// The repository or pull request does not exist (or is invisible to the token).
-    #[error("{provider}: not found: {message}")]
-    NotFound {
-        /// Provider.
-        provider: &'static str,
-        /// The forge's message and URL.
-        message: String,
-    },
-    /// Rate limited; retry after the given time when known.
-    #[error("{provider} is rate limiting requests{}: {message}", hint(.retry_after))]
-    RateLimited {
-        /// Provider.
-        provider: &'static str,
-        /// When to retry.
-        retry_after: Option<Duration>,
-        /// The forge's message.
-        message: String,
-    },
-    /// A pull request for this head and base already exists.
-    #[error("{provider}: a pull request already exists: {message}")]
-    AlreadyExists {
-        /// Provider.
-        provider: &'static str,
-        /// The forge's message.
-        message: String,
-    },
-    /// Any other refusal (validation, a merge that cannot be scheduled).
-    #[error("{provider} refused the request (HTTP {status}): {message}")]
-    Rejected {
-        /// Provider.
-        provider: &'static str,
-        /// Status.
-        status: u16,
-        /// The forge's message.
-        message: String,
-    },
-    /// 5xx.
-    #[error("{provider} failed (HTTP {status}): {message}")]
-    Server {
-        /// Provider.
-        provider: &'static str,
-        /// Status.
-        status: u16,
-        /// Body excerpt.
-        message: String,
-    },
-    /// No HTTP answer.
-    #[error("cannot reach {provider}: {message}")]
-    Transport {
-        /// Provider.
-        provider: &'static str,
-        /// Why.
-        message: String,
-    },
-    /// An answer that does not have the documented shape.
-    #[error("{provider} answered something unexpected: {message}")]
-    Protocol {
-        /// Provider.
-        provider: &'static str,
-        /// What.
-        message: String,
-    },
-    /// The settings cannot be used (no repository, bad URL).
-    #[error("pull request settings: {0}")]
-    InvalidConfig(String),
-}
-
-fn hint(retry_after: &Option<Duration>) -> String {
-    match retry_after {
-        Some(d) => format!(" (retry in {}s)", d.as_secs()),
-        None => String::new(),
-    }
-}
-
-impl ForgeError {
-    /// Low-cardinality metric label.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Self::Unauthorized { .. } => "unauthorized",
-            Self::NotFound { .. } => "not_found",
-            Self::RateLimited { .. } => "rate_limited",
-            Self::AlreadyExists { .. } => "already_exists",
-            Self::Rejected { .. } => "rejected",
-            Self::Server { .. } => "server",
-            Self::Transport { .. } => "transport",
-            Self::Protocol { .. } => "protocol",
-            Self::InvalidConfig(_) => "config",
-        }
-    }
-
-    /// How long to wait before the next attempt, when the forge said.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::RateLimited { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-}
-
-/// Provider label.
-pub fn provider_name(provider: ForgeProvider) -> &'static str {
-    match provider {
-        ForgeProvider::Github => "github",
-        ForgeProvider::Gitlab => "gitlab",
-        ForgeProvider::Gitea => "gitea",
-    }
-}
-
-/// A client for one repository on one forge.
-#[derive(Clone)]
-pub struct ForgeClient {
-    provider: ForgeProvider,
-    api: String,
-    repository: String,
-    token: Option<String>,
-    http: reqwest::Client,
-    metrics: Option<Arc<Metrics>>,
-}
-
-impl std::fmt::Debug for ForgeClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ForgeClient")
-            .field("provider", &self.provider)
-            .field("api", &self.api)
-            .field("repository", &self.repository)
-            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
-            .finish_non_exhaustive()
-    }
-}
-
-/// `(host[:port], path)` of a Git remote URL: `https://host/org/repo.git`,
-/// `ssh://git@host:22/org/repo.git`, `git@host:org/repo.git`.
-pub fn split_git_url(url: &str) -> Option<(String, String)> {
-    let rest = if let Some((scheme, rest)) = url.split_once("://") {
-        if !matches!(scheme, "https" | "http" | "ssh" | "git") {
-            return None;
-        }
-        rest
-    } else {
-        // scp-like `user@host:path`.
-        let (userhost, path) = url.split_once(':')?;
-        let host = userhost.rsplit('@').next()?;
-        return Some((host.to_string(), clean_path(path)?));
-    };
-    let (authority, path) = rest.split_once('/')?;
-    let host = authority.rsplit('@').next()?;
-    Some((host.to_string(), clean_path(path)?))
-}
-
-fn clean_path(path: &str) -> Option<String> {
-    let path = path.trim_matches('/');
-    let path = path.strip_suffix(".git").unwrap_or(path);
-    (!path.is_empty()).then(|| path.to_string())
-}
-
-/// The default API base URL of a provider for a Git host.
-pub fn default_api_url(provider: ForgeProvider, host: &str) -> String {
-    let bare = host.split(':').next().unwrap_or(host);
-    match provider {
-        ForgeProvider::Github if bare.eq_ignore_ascii_case("github.com") => {
-            "https://api.github.com".to_string()
-        }
-        ForgeProvider::Github => format!("https://{bare}/api/v3"),
-        ForgeProvider::Gitlab => format!("https://{bare}/api/v4"),
-        ForgeProvider::Gitea => format!("https://{bare}/api/v1"),
-    }
-}
-
 impl ForgeClient {
-    /// A client for `repository` (`owner/name`, or a GitLab project path; `None`: taken from
-    /// `git_url`) at `api_url` (`None`: the provider's API for `git_url`'s host).
-    pub fn new(
-        provider: ForgeProvider,
-        api_url: Option<&str>,
-        repository: Option<&str>,
-        git_url: &str,
-        token: Option<String>,
-        http: reqwest::Client,
-    ) -> Result<Self, ForgeError> {
-        let parsed = split_git_url(git_url);
-        let repository = match repository.map(|r| r.trim_matches('/')) {
-            Some(r) if !r.is_empty() => r.to_string(),
-            _ => parsed.as_ref().map(|(_, p)| p.clone()).ok_or_else(|| {
-                ForgeError::InvalidConfig(format!(
-                    "cannot tell the repository from {git_url:?}; set pullRequest.repository"
-                ))
-            })?,
-        };
-        if provider != ForgeProvider::Gitlab && repository.split('/').count() != 2 {
-            return Err(ForgeError::InvalidConfig(format!(
-                "{} repositories are owner/name, not {repository:?}; set pullRequest.repository",
-                provider_name(provider)
-            )));
-        }
-        let api = match api_url.map(|u| u.trim_end_matches('/')) {
-            Some(u) if !u.is_empty() => {
-                if !(u.starts_with("https://") || u.starts_with("http://")) {
-                    return Err(ForgeError::InvalidConfig(format!(
-                        "pullRequest.apiUrl {u:?} must be an http(s) URL"
-                    )));
-                }
-                u.to_string()
-            }
-            _ => {
-                let (host, _) = parsed.ok_or_else(|| {
-                    ForgeError::InvalidConfig(format!(
-                        "cannot tell the forge's host from {git_url:?}; set pullRequest.apiUrl"
-                    ))
-                })?;
-                default_api_url(provider, &host)
-            }
-        };
-        Ok(Self {
-            provider,
-            api,
-            repository,
-            token: token.filter(|t| !t.is_empty()),
-            http,
-            metrics: None,
-        })
-    }
-
-    /// Counts requests in `forge_requests`.
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
-        self
-    }
-
-    /// The provider.
-    pub fn provider(&self) -> ForgeProvider {
-        self.provider
-    }
-
-    /// The API base URL.
-    pub fn api_url(&self) -> &str {
-        &self.api
-    }
-
-    /// The repository.
-    pub fn repository(&self) -> &str {
-        &self.repository
-    }
-
-    fn count(&self, outcome: &str) {
-        if let Some(m) = &self.metrics {
-            m.forge_requests
-                .get_or_create(&ForgeLabels {
-                    provider: provider_name(self.provider).to_string(),
-                    outcome: outcome.to_string(),
-                })
-                .inc();
-        }
-    }
-
     /// The open pull request from `head` into `base`, if any.
     pub async fn find_open(
         &self,
@@ -537,6 +245,7 @@ impl ForgeClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn only_a_try_again_later_is_repeated() {

@@ -119,7 +119,9 @@ impl RepoCache {
     /// Directory that holds (or will hold) the clone of `url` fetched with `auth`.
     pub fn dir_for(&self, url: &str, auth: &GitAuth) -> Result<PathBuf> {
         let remote = RemoteUrl::parse(url)?;
-        Ok(self.root.join(remote.cache_dir_name(url, auth)))
+        Ok(self
+            .root
+            .join(remote.cache_dir_name(url, auth.fingerprint())))
     }
 
     /// Open the cached bare clone of `url`, creating it if needed.
@@ -136,7 +138,9 @@ impl RepoCache {
 
     fn open_or_create(&self, url: &str, auth: &GitAuth) -> Result<Repo> {
         let remote = RemoteUrl::parse(url)?;
-        let dir = self.root.join(remote.cache_dir_name(url, auth));
+        let dir = self
+            .root
+            .join(remote.cache_dir_name(url, auth.fingerprint()));
         let (slot, first_use) = {
             let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
             let first_use = !slots.contains_key(&dir);

@@ -138,8 +138,9 @@ impl RemoteUrl {
     /// Directory name for this remote in the clone cache: readable
     /// `host_path` plus a short hash of the full URL and the credential
     /// identity, so that two URLs that sanitize to the same text, and two
-    /// credentials for one URL, still get separate clones.
-    pub fn cache_dir_name(&self, raw_url: &str, auth: &super::GitAuth) -> String {
+    /// credentials for one URL, still get separate clones. `credentials`: the fingerprint of
+    /// the credential identity (`GitAuth::fingerprint`).
+    pub fn cache_dir_name(&self, raw_url: &str, credentials: [u8; 32]) -> String {
         let mut readable = String::new();
         let host = if self.transport == Transport::File {
             "local"
@@ -167,7 +168,7 @@ impl RemoteUrl {
         let mut hasher = Sha256::new();
         hasher.update((raw_url.len() as u64).to_le_bytes());
         hasher.update(raw_url.as_bytes());
-        hasher.update(auth.fingerprint());
+        hasher.update(credentials);
         let digest = hasher.finalize();
         let short = hex::encode(&digest[..8]);
         if readable.is_empty() {
@@ -335,9 +336,9 @@ mod tests {
     fn cache_dir_names_are_readable_and_distinct() {
         let a = "https://github.com/org/repo.git";
         let b = "https://github.com/org/repo-git";
-        let anonymous = super::super::GitAuth::Anonymous;
-        let na = RemoteUrl::parse(a).unwrap().cache_dir_name(a, &anonymous);
-        let nb = RemoteUrl::parse(b).unwrap().cache_dir_name(b, &anonymous);
+        let anonymous = super::super::GitAuth::Anonymous.fingerprint();
+        let na = RemoteUrl::parse(a).unwrap().cache_dir_name(a, anonymous);
+        let nb = RemoteUrl::parse(b).unwrap().cache_dir_name(b, anonymous);
         assert!(na.starts_with("github.com_org_repo.git-"), "{na}");
         assert_ne!(na, nb);
         assert!(
@@ -345,7 +346,7 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         );
         let f = "file:///tmp/a/../b.git";
-        let nf = RemoteUrl::parse(f).unwrap().cache_dir_name(f, &anonymous);
+        let nf = RemoteUrl::parse(f).unwrap().cache_dir_name(f, anonymous);
         assert!(nf.starts_with("local_tmp_a_.._b.git-"), "{nf}");
     }
 
@@ -357,12 +358,15 @@ mod tests {
             username: "git".into(),
             password: password.into(),
         };
-        let anonymous = remote.cache_dir_name(url, &super::super::GitAuth::Anonymous);
-        let b = remote.cache_dir_name(url, &basic("team-b-token"));
-        let a = remote.cache_dir_name(url, &basic("team-a-token"));
+        let anonymous = remote.cache_dir_name(url, super::super::GitAuth::Anonymous.fingerprint());
+        let b = remote.cache_dir_name(url, basic("team-b-token").fingerprint());
+        let a = remote.cache_dir_name(url, basic("team-a-token").fingerprint());
         assert_ne!(anonymous, b);
         assert_ne!(a, b);
-        assert_eq!(b, remote.cache_dir_name(url, &basic("team-b-token")));
+        assert_eq!(
+            b,
+            remote.cache_dir_name(url, basic("team-b-token").fingerprint())
+        );
         assert!(!b.contains("team-b-token"));
     }
 

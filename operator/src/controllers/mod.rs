@@ -5,6 +5,7 @@
 //! Objects that do not deserialize are reported on their status (`InvalidSpec`) instead of
 //! stopping the stream (`DeserializeGuard`).
 
+mod credentials;
 pub mod imagewatch;
 pub mod promotion;
 pub mod recheck;
@@ -362,7 +363,7 @@ impl Announcer<'_> {
             .state()
             .iter()
             .filter_map(|guard| guard.0.as_ref().ok())
-            .filter_map(imagewatch::credential_key_of)
+            .filter_map(credentials::credential_key_of)
             .filter(|(k, repo)| k == key && repo.registry == registry)
             .map(|(_, repo)| repo.path)
             .collect();

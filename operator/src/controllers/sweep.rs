@@ -21,10 +21,7 @@ use imagewatch_crd::ImageWatch;
 use kube::{ResourceExt, core::DeserializeGuard, runtime::reflector::ObjectRef};
 
 use crate::{
-    controllers::{
-        Context,
-        imagewatch::{self, members},
-    },
+    controllers::{Context, credentials, imagewatch::members},
     scan::index::{CatalogKey, CredentialKey, ScanKey},
 };
 
@@ -56,7 +53,7 @@ impl Referenced {
                         .insert(p.registry.to_ascii_lowercase());
                 }
                 referenced.patterns.push(watch.spec.image.clone());
-            } else if let Some((credentials, repo)) = imagewatch::credential_key_of(watch) {
+            } else if let Some((credentials, repo)) = credentials::credential_key_of(watch) {
                 let registry = repo.registry.to_ascii_lowercase();
                 referenced
                     .repositories

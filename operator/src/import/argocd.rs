@@ -23,10 +23,10 @@ use imagewatch_crd::{
 };
 use serde_json::Value;
 
-use super::{
-    Imported, Inputs, Options, Severity, SourceObject, WatchDraft, annotation, describe, name_of,
-    namespace_of, object_name, rules, split_image,
+use super::draft::{
+    WatchDraft, annotation, describe, name_of, namespace_of, object_name, rules, split_image,
 };
+use super::model::{Imported, Inputs, Options, Severity, SourceObject};
 
 const PREFIX: &str = "argocd-image-updater.argoproj.io/";
 

@@ -15,10 +15,11 @@
 use imagewatch_crd::{TagOrder, Target, WorkloadTarget};
 use serde_json::Value;
 
-use super::{
-    Imported, Inputs, Options, Severity, SourceObject, WatchDraft, annotation, describe, dir_of,
-    name_of, namespace_of, object_name, rules, split_image, star_glob,
+use super::draft::{
+    WatchDraft, annotation, describe, dir_of, name_of, namespace_of, object_name, rules,
+    split_image, star_glob,
 };
+use super::model::{Imported, Inputs, Options, Severity, SourceObject};
 
 const PREFIXES: [&str; 2] = ["fluxcd.io/", "flux.weave.works/"];
 
@@ -86,7 +87,7 @@ fn filter_rules(filter: &str) -> Result<imagewatch_crd::TagRules, String> {
 pub(super) fn translate(inputs: &Inputs, options: &Options, out: &mut Imported) {
     for object in &inputs.objects {
         let value = &object.value;
-        let has_flux = super::annotations(value)
+        let has_flux = super::draft::annotations(value)
             .any(|(k, _)| PREFIXES.iter().any(|prefix| k.starts_with(prefix)));
         if !has_flux {
             continue;
@@ -106,7 +107,7 @@ pub(super) fn translate(inputs: &Inputs, options: &Options, out: &mut Imported) 
             continue;
         };
         if !is_true(flux_annotation(value, "automated")) {
-            if super::annotations(value).any(|(k, _)| k.contains("/tag.")) {
+            if super::draft::annotations(value).any(|(k, _)| k.contains("/tag.")) {
                 out.note(
                     &source,
                     Severity::NotTranslated,

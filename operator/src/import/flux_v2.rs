@@ -16,11 +16,12 @@ use imagewatch_crd::{
 };
 use serde_json::Value;
 
-use super::markers::{MarkerContext, dotted};
-use super::{
-    Imported, Inputs, MarkerPart, Options, Severity, SourceObject, WatchDraft, describe, dir_of,
-    lowest, name_of, namespace_of, object_name, regex_as_glob, rules,
+use super::draft::{
+    WatchDraft, describe, dir_of, lowest, name_of, namespace_of, object_name, regex_as_glob, rules,
 };
+use super::markers::MarkerPart;
+use super::markers::{MarkerContext, dotted};
+use super::model::{Imported, Inputs, Options, Severity, SourceObject};
 
 fn is_flux_image(value: &Value, kind: &str) -> bool {
     value.get("kind").and_then(Value::as_str) == Some(kind)

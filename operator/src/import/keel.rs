@@ -8,15 +8,15 @@
 use imagewatch_crd::{DigestMode, TagOrder, Target, WorkloadTarget};
 use serde_json::Value;
 
-use super::flux_v1::{containers, pod_spec};
-use super::{
-    Imported, Inputs, Options, Severity, WatchDraft, describe, dir_of, name_of, namespace_of,
-    object_name, rules, split_image, star_glob,
+use super::draft::{
+    WatchDraft, describe, dir_of, name_of, namespace_of, object_name, rules, split_image, star_glob,
 };
+use super::flux_v1::{containers, pod_spec};
+use super::model::{Imported, Inputs, Options, Severity};
 
 fn keel<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
     let key = format!("keel.sh/{key}");
-    super::annotation(value, &key).or_else(|| {
+    super::draft::annotation(value, &key).or_else(|| {
         value
             .pointer("/metadata/labels")
             .and_then(|labels| labels.get(&key))

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::Value;
 
-use super::{Imported, Inputs, Severity, SourceObject, read_file};
+use super::model::{Imported, Inputs, Severity, SourceObject};
+use super::read_file;
 
 /// Largest file read; manifests are far smaller, anything bigger is not one.
 const MAX_FILE: u64 = 4 * 1024 * 1024;

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use imagewatch_crd::{DigestMode, ImageWatch, TagOrder, TagPick};
+use imagewatch_crd::{DigestMode, GitSource, ImageWatch, TagOrder, TagPick, Target};
 use jiff::Timestamp;
 
+use super::draft::{WatchDraft, object_name, regex_as_glob, star_glob};
 use super::*;
 use crate::policy::TagInfo;
 

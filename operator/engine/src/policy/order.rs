@@ -14,7 +14,7 @@ use semver::Version;
 /// - two or three numbers: a missing patch is zero (`1.2` is 1.2.0, `v1.2-rc.1` is
 ///   1.2.0-rc.1). A single number (`7`, a short all-digit commit SHA like `1234567`) is not a
 ///   version here: Flux, Kargo and Keel refuse it too, and it would otherwise outrank every
-///   real release. Use [`super::Order::Numerical`] for build numbers;
+///   real release. Use [`Order::Numerical`] for build numbers;
 /// - leading zeros in the numbers are dropped (`2024.01.05` is 2024.1.5), so zero-padded
 ///   `CalVer` orders as Argo CD Image Updater orders it;
 /// - prerelease and build metadata as `SemVer` 2.0 writes them (no leading zeros in numeric
@@ -107,6 +107,20 @@ impl PartialOrd for Decimal {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
+}
+
+/// How candidate tags are ordered; the greatest wins. See the module documentation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Order {
+    /// Semantic version of the tag or the extracted part.
+    #[default]
+    Semver,
+    /// Push time; the most recent wins.
+    Newest,
+    /// Byte-wise string order.
+    Alphabetical,
+    /// Exact decimal number.
+    Numerical,
 }
 
 #[cfg(test)]

@@ -13,13 +13,14 @@ use imagewatch_engine::windows::Pause;
 use kube::ResourceExt;
 
 use super::pull_request;
-use super::validate::{AllowList, ValidatedRules, check_git_allowed, credential_choice, join_path};
+use super::validate::{AllowList, ValidatedRules, check_git_allowed, join_path};
 use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
+use crate::controllers::credentials::credential_choice;
 use crate::controllers::{Announcer, Context, SecretReader};
 use crate::manifests::{TargetSpec, WorkloadTarget};
 use crate::policy::{self, TagPolicy};
-use crate::registry::{Credentials, RepositoryRef, is_ecr_host};
+use crate::registry::{Credentials, is_ecr_host};
 use crate::scan::index::CredentialKey;
 
 /// What the dereference step reads: Secrets, the allow-list (asked before a Git Secret is
@@ -68,20 +69,6 @@ pub(super) struct Rules {
     /// Why nothing is written in this reconcile (`spec.suspend`, `spec.windows`, a freeze):
     /// every write is a dry run, and no pull request is opened or updated.
     pub(super) pause: Option<Pause>,
-}
-
-/// Which credentials a watch of one repository reads its registry with, and that
-/// repository, from its spec alone (no Secret is read). None for pattern watches and
-/// images that do not parse.
-pub(crate) fn credential_key_of(watch: &ImageWatch) -> Option<(CredentialKey, RepositoryRef)> {
-    if watch.spec.is_pattern() {
-        return None;
-    }
-    let repo = RepositoryRef::parse(&watch.spec.image).ok()?;
-    let credentials = watch.spec.credentials.clone().unwrap_or_default();
-    let namespace = watch.namespace().unwrap_or_default();
-    let (_, key) = credential_choice(&credentials, &namespace, &repo.registry);
-    Some((key, repo))
 }
 
 /// Steps 1–2 for a watch of `registry`: the validated rules and the registry credentials.

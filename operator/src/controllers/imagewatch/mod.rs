@@ -65,7 +65,7 @@ use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::Reconcile
 use dereference::{
     DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
 };
-pub(crate) use dereference::{credential_key_of, signature_keys, target_path};
+pub(crate) use dereference::{signature_keys, target_path};
 use imagewatch_engine::considered::Considered;
 use members::{MemberResult, PatternImage, PatternOutcome};
 pub(crate) use scan::count_signature_check;
@@ -80,8 +80,7 @@ const MEMBER_CONCURRENCY: usize = 8;
 
 /// What a successful reconcile of a watch of one repository found and did.
 pub use imagewatch_engine::status::Outcome;
-/// What a successful reconcile found and did.
-pub type Reconciled = imagewatch_engine::status::Reconciled<ReconcileError>;
+pub use status::Reconciled;
 
 /// The reconcile entry point used by the controller.
 pub async fn reconcile(

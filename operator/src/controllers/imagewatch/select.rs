@@ -114,23 +114,23 @@ pub(super) async fn group_choice(
         .chain(prepared.iter())
         .map(|p| p.watch.name_any())
         .collect();
-    let members: Vec<crate::controllers::imagewatch::group::Member<'_>> = std::iter::once(me)
+    let members: Vec<imagewatch_engine::group::Member<'_>> = std::iter::once(me)
         .chain(prepared.iter())
         .zip(&names)
-        .map(|(p, name)| crate::controllers::imagewatch::group::Member {
+        .map(|(p, name)| imagewatch_engine::group::Member {
             name,
             policy: &p.rules.policy,
             tags: &p.scan.tags,
         })
         .collect();
-    let decision = crate::controllers::imagewatch::group::decide(&members);
+    let decision = imagewatch_engine::group::decide(&members);
     let Some(tag) = decision.tag.clone() else {
         return Err(ReconcileError::WaitingForGroup(
-            crate::controllers::imagewatch::group::waiting_message(group, &decision),
+            imagewatch_engine::group::waiting_message(group, &decision),
         ));
     };
     let waiting = (!decision.waiting_for.is_empty())
-        .then(|| crate::controllers::imagewatch::group::waiting_message(group, &decision));
+        .then(|| imagewatch_engine::group::waiting_message(group, &decision));
     let mut requests = Vec::new();
     for p in &prepared {
         let digest = p.confirmed_digest(&ctx.scan, &tag).await.map_err(|e| {

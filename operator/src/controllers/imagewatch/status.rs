@@ -13,11 +13,15 @@ use kube::{
 };
 use serde_json::json;
 
-use super::conditions;
-use super::{Outcome, Reconciled, members, pull_request};
+use super::{members, pull_request};
+use imagewatch_engine::status as conditions;
+use imagewatch_engine::status::Outcome;
 
 // Building the status (pure): in the engine.
 use crate::controllers::ReconcileError;
+
+/// What a successful reconcile found and did.
+pub type Reconciled = imagewatch_engine::status::Reconciled<ReconcileError>;
 pub use imagewatch_engine::status::{short, tag_of};
 
 /// Step 5 (pure, in the engine): the status this reconcile should leave.
@@ -38,7 +42,7 @@ pub fn build_status(
 }
 
 // The condition helpers, where the status of a controller is built.
-pub use super::conditions::{merge_condition, ready_condition, ready_of, status_changed};
+pub use imagewatch_engine::status::{merge_condition, ready_condition, ready_of, status_changed};
 
 /// The notifications of this reconcile (`spec.notify`): the messages found from the status it
 /// found and the one it leaves (whose `failureNotified` this brings up to date), and when the

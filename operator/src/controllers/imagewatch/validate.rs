@@ -6,17 +6,16 @@
 
 use std::time::Duration;
 
-use imagewatch_crd::{ImageWatch, RegistryProvider};
+use imagewatch_crd::ImageWatch;
 use imagewatch_engine::platforms::Platform;
 use kube::ResourceExt;
 
 use crate::cluster::allowance::Allowance;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
+use crate::controllers::credentials::credential_choice;
 use crate::controllers::parse_duration;
 use crate::policy::{self, TagPolicy};
-use crate::registry::is_ecr_host;
-use crate::scan::index::CredentialKey;
 use crate::telemetry::Metrics;
 
 /// The spec's tag rules and interval, validated (step 1).
@@ -152,27 +151,6 @@ pub(super) async fn check_git_allowed(
             Some(project),
         )
         .await
-}
-
-/// Whether a watch in `namespace` reads `registry` through the ECR API, and with which
-/// credentials. ECR is asked through its API (tags, digests and push times in one call) with
-/// the operator's AWS identity, unless the watch brings a pull secret for it.
-pub(super) fn credential_choice(
-    credentials: &imagewatch_crd::RegistryCredentials,
-    namespace: &str,
-    registry: &str,
-) -> (bool, CredentialKey) {
-    let use_ecr = credentials.provider == Some(RegistryProvider::Aws)
-        || (is_ecr_host(registry).is_some() && credentials.secret_ref.is_none());
-    let key = match (&credentials.secret_ref, use_ecr) {
-        (_, true) => CredentialKey::Ambient,
-        (Some(secret), false) => CredentialKey::Secret {
-            namespace: namespace.to_string(),
-            name: secret.name.clone(),
-        },
-        (None, false) => CredentialKey::Anonymous,
-    };
-    (use_ecr, key)
 }
 
 /// `base/path`, without leading or trailing slashes.

@@ -3,9 +3,9 @@
 //! need I/O (images in the target registry, signatures) before `promotion::evaluate` judges
 //! them.
 
-use super::Shared;
 #[cfg(test)]
 use super::fixtures::policy;
+use super::shared::Shared;
 use crate::error::PromotionError;
 use std::collections::{BTreeMap, HashMap};
 

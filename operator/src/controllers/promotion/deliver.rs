@@ -3,9 +3,9 @@
 //! the git writer (the one commit path: its clone, its per-branch order, its signing and its
 //! retry), and the forge client of the pull request.
 
-use super::Shared;
 use super::decide::Decision;
 use super::read::{Location, utf8_files};
+use super::shared::Shared;
 use crate::error::PromotionError;
 use std::sync::Arc;
 

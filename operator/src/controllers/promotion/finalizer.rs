@@ -6,10 +6,16 @@ use super::deliver::{DeliverContext, forge_client};
 #[cfg(test)]
 use super::fixtures::{outcome, policy, pr, t};
 use super::read::{ReadContext, list_source_watches, target_repository};
-use super::{CLOSE_RETRY_MAX, FINALIZER, Shared};
+use super::shared::Shared;
 use crate::error::PromotionError;
 use imagewatch_engine::status::truncate;
 use std::{collections::HashMap, time::Duration};
+
+/// Finalizer held while the policy has a pull request open: a deleted policy closes it first.
+pub const FINALIZER: &str = "imagewatch.dev/close-pull-request";
+
+/// Longest wait between two attempts to close a deleted policy's pull request.
+const CLOSE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 use imagewatch_crd::{PromotionPolicy, PromotionPolicyStatus, promotion::PullRequestRef};
 use kube::{

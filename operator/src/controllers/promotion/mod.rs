@@ -48,7 +48,7 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use imagewatch_crd::{
@@ -70,7 +70,6 @@ use crate::controllers::parse_duration;
 use crate::controllers::recheck;
 use crate::{
     forge::{EnsureAction, NewPullRequest},
-    git::RepoCache,
     promotion::{
         self, GateFacts,
         gates::{ApprovalFacts, Containment, SoakFacts},
@@ -86,6 +85,7 @@ mod finalizer;
 mod fixtures;
 mod held;
 mod read;
+mod shared;
 mod soak;
 mod status;
 
@@ -100,23 +100,18 @@ use self::finalizer::{FinalizerContext, add_finalizer, finalize, remove_finalize
 use self::read::{
     ReadContext, list_source_watches, read_application, read_git, resolve_location, source_label,
 };
+use self::shared::Shared;
 use self::soak::soak_from_history;
 use self::status::{patch_status_if_changed, publish_events};
 pub use finalizer::{
-    CloseStep, FinalizerChange, close_not_needed, close_step, finalizer_change, finalizer_patch,
-    finalizer_patch_of, has_finalizer, patch_finalizer_of, wants_finalizer,
+    CloseStep, FINALIZER, FinalizerChange, close_not_needed, close_step, finalizer_change,
+    finalizer_patch, finalizer_patch_of, has_finalizer, patch_finalizer_of, wants_finalizer,
 };
 pub use read::validate;
 pub use status::{build_status, event_for};
 
 // What a reconcile did, and the status it leaves (pure): in the engine.
 pub use imagewatch_engine::status::promotion::{Delivery, HISTORY, Outcome};
-
-/// Finalizer held while the policy has a pull request open: a deleted policy closes it first.
-pub const FINALIZER: &str = "imagewatch.dev/close-pull-request";
-
-/// Longest wait between two attempts to close a deleted policy's pull request.
-const CLOSE_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// Settings of the PromotionPolicy controller.
 #[derive(Debug, Clone)]
@@ -172,18 +167,8 @@ async fn sweep_failures(
     }
 }
 
-/// What every policy reconcile shares.
 /// The `controller` label of the PromotionPolicy controller's metrics.
 const POLICY_CONTROLLER: &str = "promotionpolicy";
-
-struct Shared {
-    ctx: Arc<Context>,
-    /// The git writer's clone cache, for reading the target before deciding; commits go
-    /// through the writer itself (`ctx.writer`).
-    cache: Arc<RepoCache>,
-    failures: Mutex<HashMap<ObjectRef<DeserializeGuard<PromotionPolicy>>, u32>>,
-    close_timeout: Duration,
-}
 
 /// Readiness condition: the PromotionPolicy cache holds its first list.
 pub const POLICY_CACHE: &str = "promotionpolicy-cache";

@@ -4,9 +4,9 @@
 //! and the pull request branch, read through the git writer's clones) and the Argo CD
 //! Application of the `application` gate.
 
-use super::Shared;
 #[cfg(test)]
 use super::fixtures::policy;
+use super::shared::Shared;
 use crate::error::PromotionError;
 use std::sync::Arc;
 
