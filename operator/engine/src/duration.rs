@@ -1,4 +1,26 @@
 //! Duration strings as written in specs and flags: `30s`, `5m`, `1h30m`, `250ms`, `1.5h`.
+//!
+//! # Why not a duration crate
+//!
+//! `humantime` 2.4.0 and `go-parse-duration` 0.1.1 were evaluated against our 33-line
+//! `parse_duration`, which reads the forms of Go's `time.ParseDuration` that Kubernetes and
+//! Argo CD users write (`30s`, `1h30m`, `250ms`, `1.5h`): units ms, s, m, h, unsigned, up to
+//! 10^9 s. Each adds one crate without dependencies. Of the 13 inputs our tests check (`30s`,
+//! `5m`, `1h30m`, `250ms`, `1.5h` accepted; `""`, `5`, `m`, `5x`, `-5s`, `5 m`, `1e3s`, `soon`
+//! refused) `humantime::parse_duration` differs on one: it accepts `5 m` (300 s). Beyond them
+//! it accepts what Go refuses (`1d`, `2w`, `1y`, `5M` for five months, `2 hours`, `1h 30m`,
+//! `10sec`) and refuses what Go accepts: `.5h`, `5.h`, and fractions not exact in nanoseconds,
+//! or in seconds for hours (`1.0000000001s`, `0.1234h`). `go_parse_duration::parse_duration`
+//! follows Go's grammar (adds `ns`, `us`, `0`, signs) and differs on `-5s` (−5 s, as `i64`
+//! nanoseconds), but indexes bytes with `chars().nth`, so `1µs` or `5é` panics, and a fraction
+//! of 20 or more digits loops forever in `leading_fraction`, which a spec field could use to
+//! stall a reconcile.
+//! Decision: keep ours; neither crate reads Go's grammar as safely as these 33 lines do.
+//!
+//! Crate counts are the packages a crate adds to `cargo tree -e normal,build` of the
+//! operator's dependencies with the workspace's features and Cargo.lock (reqwest 0.13 and rustls
+//! on ring, no openssl, no aws-lc); line counts are code lines without comments, blank lines
+//! and tests (measured 2026-12-06).
 
 use std::time::Duration;
 

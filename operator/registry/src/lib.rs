@@ -31,6 +31,29 @@
 //! [`RegistryClient`] then reads each image's `created` (at most a budget of new lookups
 //! per repository per scan, see [`RegistryClient::list_tags_with_times`]), while sources
 //! whose listing already has push times (ECR) just list.
+//!
+//! # Why not a maintained OCI client
+//!
+//! `oci-client` 0.18.0 (successor of `oci-distribution`) uses reqwest 0.13 as we do, so no
+//! second HTTP stack; with `default-features = false, features = ["rustls-tls-no-provider"]` it
+//! adds 14 crates to our tree (`oci-spec`, `chrono`, `getset`, ...), with its default
+//! `rustls-tls` 19 including `aws-lc-sys`. `Client::list_tags` fetches one page for `n`/`last`
+//! and drops `Link`; `Client::fetch_manifest_digest` and `ClientProtocol::HttpsExcept` match
+//! our digest `HEAD` and plain-HTTP hosts. `TokenCache` is keyed by registry, repository and
+//! `RegistryOperation`; each miss pings `/v2/` and GETs a one-scope token, without
+//! single-flight: 5,000 repositories cost 10,000 requests per token lifetime where
+//! `wide_tokens` sends 79 token requests (64 scopes each). `store_auth_if_needed` keeps the
+//! first `RegistryAuth` per host (a second or rotated pull secret is ignored) and drops failed
+//! token fetches. It builds its own `reqwest::Client` (no per-request count), has one
+//! `extra_root_certificates` list for all hosts, reports a 429 as `RegistryError` or
+//! `ServerError` without its `Retry-After`, and has no rate limit, retries, OAuth2 form `POST`
+//! or ECR: it could replace at most 398 of our 3,105 code lines (manifests.rs, tags.rs).
+//! Decision: keep ours; wide tokens, request metrics and 429 pauses cannot sit on top of it.
+//!
+//! Crate counts are the packages a crate adds to `cargo tree -e normal,build` of the
+//! operator's dependencies with the workspace's features and Cargo.lock (reqwest 0.13 and rustls
+//! on ring, no openssl, no aws-lc); line counts are code lines without comments, blank lines
+//! and tests (measured 2026-12-06).
 
 pub mod artifacts;
 pub mod auth;
