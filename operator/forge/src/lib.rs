@@ -45,10 +45,12 @@ mod gitea;
 mod github;
 mod gitlab;
 mod http;
+mod locks;
 mod notes;
 
 pub use client::{ForgeClient, default_api_url, provider_name, split_git_url};
 pub use error::{ForgeError, TRY_AGAIN_ATTEMPTS, try_again_delay, try_again_later};
+pub use locks::HeadLocks;
 
 /// The wait a `Retry-After` header asks for.
 pub use http::retry_after as retry_after_of;

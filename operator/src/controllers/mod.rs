@@ -87,6 +87,8 @@ pub struct Context {
     pub notifier: crate::notify::Notifier,
     /// The HTTP client of every forge API call (pull requests of both kinds).
     pub forge_http: reqwest::Client,
+    /// One lock per pull request head: a group's members never open two pull requests.
+    pub pull_request_locks: crate::forge::HeadLocks,
     /// Admin freezes (`--freeze-configmap`).
     pub freezes: Arc<crate::cluster::freeze::Freezes>,
     /// Bumped when the freezes change (the PromotionPolicy controller looks at every policy
@@ -237,6 +239,7 @@ impl Context {
             metrics,
             shards,
             forge_http,
+            pull_request_locks: crate::forge::HeadLocks::default(),
             failures: Mutex::default(),
             work_slots: Arc::new(tokio::sync::Semaphore::new(work_slots.max(1))),
             secrets: secrets::secret_cache(),

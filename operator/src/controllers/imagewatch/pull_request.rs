@@ -13,10 +13,7 @@
 //! While a pull request is recorded the watch carries [`FINALIZER`]; deleting the watch closes
 //! it first (see [`finalize`] and [`close_on_delete`]).
 
-use std::{
-    sync::{Arc, OnceLock},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use imagewatch_crd::{GitPullRequest, ImageWatch, WatchPullRequest};
 use kube::{
@@ -32,7 +29,7 @@ use crate::cluster::finalizers::{FinalizerChange, patch_finalizer_of};
 use crate::cluster::secrets;
 use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader};
-use crate::forge::{EnsureAction, ForgeClient, ForgeError, NewPullRequest, PullRequest};
+use crate::forge::{EnsureAction, ForgeClient, ForgeError, HeadLocks, NewPullRequest, PullRequest};
 
 // What a pull request step did, and its status record (pure): in the engine.
 pub use imagewatch_engine::status::{Delivered, PrAction, status_of};
@@ -253,26 +250,6 @@ pub async fn client(
     .with_metrics(metrics.clone()))
 }
 
-/// One lock per (forge, repository, head branch): the members of a group reconcile side by
-/// side and would otherwise both find no pull request and both open one (a forge's own
-/// duplicate check is not atomic). Shards keep one repository on one replica.
-async fn lock(forge: &ForgeClient, head: &str) -> tokio::sync::OwnedMutexGuard<()> {
-    static LOCKS: OnceLock<
-        std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    > = OnceLock::new();
-    let key = format!("{} {} {head}", forge.api_url(), forge.repository());
-    let lock = {
-        let mut locks = LOCKS
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Forget locks nobody holds or waits for, so the map stays small.
-        locks.retain(|_, l| Arc::strong_count(l) > 1);
-        locks.entry(key).or_default().clone()
-    };
-    lock.lock_owned().await
-}
-
 /// `branch` already holds the tag: close the open pull request of `head`, if any.
 ///
 /// `recorded` is the number of the pull request the status still records as open. When none
@@ -281,12 +258,13 @@ async fn lock(forge: &ForgeClient, head: &str) -> tokio::sync::OwnedMutexGuard<(
 /// what happened rather than guessing.
 pub async fn close_open(
     forge: &ForgeClient,
+    locks: &HeadLocks,
     head: &str,
     base: &str,
     tag: &str,
     recorded: Option<i64>,
 ) -> Result<Delivered, ReconcileError> {
-    let _serial = lock(forge, head).await;
+    let _serial = locks.lock(forge, head).await;
     let open = forge.find_open(head, base).await?;
     if let Some(pr) = &open {
         forge.close(pr).await?;
@@ -320,11 +298,12 @@ pub async fn close_open(
 /// The push branch holds the edit: one open pull request for it.
 pub async fn propose(
     forge: &ForgeClient,
+    locks: &HeadLocks,
     new: &NewPullRequest,
     tag: &str,
     pushed: bool,
 ) -> Result<Delivered, ReconcileError> {
-    let _serial = lock(forge, &new.head).await;
+    let _serial = locks.lock(forge, &new.head).await;
     let ensured = forge.ensure(new).await?;
     #[cfg(feature = "test-hooks")]
     if std::env::var_os(CRASH_AFTER_PULL_REQUEST).is_some() {

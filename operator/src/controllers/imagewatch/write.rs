@@ -33,6 +33,8 @@ pub(super) struct WriteContext<'a> {
     pub(super) client: &'a kube::Client,
     pub(super) metrics: &'a Arc<Metrics>,
     pub(super) forge_http: &'a reqwest::Client,
+    /// One lock per pull request head, shared by every reconcile.
+    pub(super) pull_request_locks: &'a crate::forge::HeadLocks,
 }
 
 impl<'a> WriteContext<'a> {
@@ -45,6 +47,7 @@ impl<'a> WriteContext<'a> {
             client: &ctx.client,
             metrics: &ctx.metrics,
             forge_http: &ctx.forge_http,
+            pull_request_locks: &ctx.pull_request_locks,
         }
     }
 }
@@ -263,6 +266,7 @@ async fn pull_request_step(
             .map(|p| p.number);
         pull_request::close_open(
             forge,
+            ctx.pull_request_locks,
             step.head,
             &step.vars.branch,
             &step.vars.tag,
@@ -274,7 +278,14 @@ async fn pull_request_step(
             pull_request::add_finalizer(ctx.client, watch).await?;
         }
         let new = pull_request::proposal(settings, step.head, &step.vars);
-        pull_request::propose(forge, &new, &step.vars.tag, step.pushed).await
+        pull_request::propose(
+            forge,
+            ctx.pull_request_locks,
+            &new,
+            &step.vars.tag,
+            step.pushed,
+        )
+        .await
     };
     ctx.metrics
         .watch_pull_requests
