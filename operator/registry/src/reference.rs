@@ -4,12 +4,18 @@
 //! Users write images the way `docker pull` accepts them (`nginx`, `ghcr.io/org/app`,
 //! `127.0.0.1:5000/team/app`); the distribution API needs the host to talk to and the
 //! repository name inside it. The watched image must not carry a tag or digest: which tag to
-//! use is what the scan decides. Also holds the validators for tags and digests that the
-//! client uses before putting them into URLs, and the ECR host detection that lets an ECR
-//! `TagSource` be chosen for ECR images.
+//! use is what the scan decides. The grammar (where the registry ends, what a valid host,
+//! path, tag and digest are) is the engine's `manifests::image_ref`, the one parser of image
+//! references, which the manifest editor uses too; this module normalises on top of it
+//! (lower-cased host, Docker Hub's names and `library/`). Also the ECR host detection that
+//! lets an ECR `TagSource` be chosen for ECR images.
 
 use std::fmt;
 use std::str::FromStr;
+
+use imagewatch_engine::manifests::image_ref;
+/// Tag and digest grammar: the engine's, shared with the manifest editor.
+pub use imagewatch_engine::manifests::image_ref::{is_valid_digest, is_valid_tag};
 
 use super::error::RegistryError;
 
@@ -18,10 +24,6 @@ pub const DOCKER_HUB_REGISTRY: &str = "registry-1.docker.io";
 
 /// Names users and pull secrets use for Docker Hub; all mean [`DOCKER_HUB_REGISTRY`].
 const DOCKER_HUB_ALIASES: [&str; 3] = ["docker.io", "index.docker.io", DOCKER_HUB_REGISTRY];
-
-/// Docker's limit on the repository name length; registries reject longer names anyway,
-/// so failing early gives a clearer message.
-const MAX_PATH_LEN: usize = 255;
 
 /// A repository in a registry, without tag or digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -54,41 +56,31 @@ impl RepositoryRef {
             )));
         }
 
-        // Same rule as the Docker CLI: the first component names a registry only if it
-        // looks like a host (has a dot or a port, or is localhost); otherwise the whole
+        // One grammar with the manifest editor's references (the engine's `image_ref`): the
+        // first component is a registry only if it looks like a host; otherwise the whole
         // string is a Docker Hub repository.
-        let (registry, remainder) = match image.split_once('/') {
-            Some((first, rest))
-                if first.contains('.')
-                    || first.contains(':')
-                    || first.starts_with('[')
-                    || first == "localhost" =>
-            {
-                (first.to_ascii_lowercase(), rest)
-            }
-            _ => (DOCKER_HUB_REGISTRY.to_string(), image),
-        };
-
-        if let Some((_, tag)) = remainder.rsplit_once(':') {
+        let (name, tag) = image_ref::split_tag(image);
+        if let Some(tag) = tag {
             return Err(invalid(format!(
                 "includes a tag (:{tag}); give the repository only, the tag is chosen by the policy"
             )));
         }
-        validate_host(&registry).map_err(&invalid)?;
-        if remainder.is_empty() {
-            return Err(invalid("repository path is empty".into()));
-        }
+        let (registry, remainder) = match image_ref::split_registry(name) {
+            (Some(host), path) => (host.to_ascii_lowercase(), path),
+            (None, path) => (DOCKER_HUB_REGISTRY.to_string(), path),
+        };
+        image_ref::check_registry(&registry).map_err(|p| invalid(p.to_string()))?;
 
         let mut registry = registry;
         let mut path = remainder.to_string();
         if is_docker_hub_host(&registry) {
             registry = DOCKER_HUB_REGISTRY.to_string();
             // Official images live under `library/` on Docker Hub.
-            if !path.contains('/') {
+            if !path.is_empty() && !path.contains('/') {
                 path = format!("library/{path}");
             }
         }
-        validate_path(&path).map_err(invalid)?;
+        image_ref::check_path(&path).map_err(|p| invalid(p.to_string()))?;
         Ok(RepositoryRef { registry, path })
     }
 
@@ -139,152 +131,6 @@ pub fn is_ecr_host(host: &str) -> Option<(String, String)> {
         Some((account.to_string(), region.to_string()))
     } else {
         None
-    }
-}
-
-/// Checks `host[:port]` (including bracketed IPv6 literals).
-fn validate_host(host: &str) -> Result<(), String> {
-    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
-        let (inside, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("registry host {host:?} has an unclosed '['"))?;
-        if inside.is_empty()
-            || !inside
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-        {
-            return Err(format!(
-                "registry host {host:?} is not a valid IPv6 literal"
-            ));
-        }
-        match after {
-            "" => (None, None),
-            _ => match after.strip_prefix(':') {
-                Some(port) => (None, Some(port)),
-                None => return Err(format!("registry host {host:?} is malformed")),
-            },
-        }
-    } else {
-        match host.split_once(':') {
-            Some((name, port)) => (Some(name), Some(port)),
-            None => (Some(host), None),
-        }
-    };
-    if let Some(name) = name {
-        let label_ok = |label: &str| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        };
-        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
-            return Err(format!("registry host {host:?} is not a valid host name"));
-        }
-    }
-    if let Some(port) = port {
-        let valid = !port.is_empty()
-            && port.len() <= 5
-            && port.bytes().all(|b| b.is_ascii_digit())
-            && port.parse::<u16>().is_ok_and(|p| p != 0);
-        if !valid {
-            return Err(format!("registry host {host:?} has an invalid port"));
-        }
-    }
-    Ok(())
-}
-
-/// Checks the repository path against the distribution spec grammar:
-/// components `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*` joined by `/`.
-fn validate_path(path: &str) -> Result<(), String> {
-    if path.len() > MAX_PATH_LEN {
-        return Err(format!(
-            "repository path is longer than {MAX_PATH_LEN} characters"
-        ));
-    }
-    if path.bytes().any(|b| b.is_ascii_uppercase()) {
-        return Err(format!("repository path {path:?} must be lowercase"));
-    }
-    for component in path.split('/') {
-        if !valid_path_component(component) {
-            return Err(format!(
-                "repository path component {component:?} is invalid (allowed: lowercase letters, digits, and single '.', '_', '__' or '-' runs between them)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn valid_path_component(component: &str) -> bool {
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    let bytes = component.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(&first), Some(&last)) if alnum(first) && alnum(last) => {}
-        _ => return false,
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes.get(i).is_some_and(|&b| alnum(b)) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while bytes.get(i).is_some_and(|&b| !alnum(b)) {
-            i += 1;
-        }
-        let sep = &component[start..i];
-        let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|b| b == b'-');
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
-/// Tag grammar from the distribution spec: `[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}`.
-///
-/// Tags from registries are checked too, because a chosen tag is later written into
-/// manifests in Git and must not smuggle in YAML or path syntax.
-pub fn is_valid_tag(tag: &str) -> bool {
-    let bytes = tag.as_bytes();
-    let Some(&first) = bytes.first() else {
-        return false;
-    };
-    bytes.len() <= 128
-        && (first.is_ascii_alphanumeric() || first == b'_')
-        && bytes
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
-}
-
-/// Digest grammar from the OCI image spec, `algorithm:encoded`, with the exact encoded
-/// lengths for the registered sha256 and sha512 algorithms.
-pub fn is_valid_digest(digest: &str) -> bool {
-    let Some((algorithm, encoded)) = digest.split_once(':') else {
-        return false;
-    };
-    let algorithm_ok = !algorithm.is_empty()
-        && algorithm.split(['+', '.', '_', '-']).all(|part| {
-            !part.is_empty()
-                && part
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        });
-    if !algorithm_ok || encoded.is_empty() {
-        return false;
-    }
-    let lower_hex = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    match algorithm {
-        "sha256" => encoded.len() == 64 && lower_hex(encoded),
-        "sha512" => encoded.len() == 128 && lower_hex(encoded),
-        _ => encoded
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'=' || b == b'_' || b == b'-'),
     }
 }
 

@@ -86,17 +86,11 @@ impl ImageRef {
             None => (reference, None),
         };
 
-        // A ':' is a tag separator only after the last '/'; an earlier one is
-        // a registry port (`localhost:5000/app`).
-        let last_slash = name_and_tag.rfind('/');
-        let (name, tag) = match name_and_tag.rfind(':') {
-            Some(colon) if last_slash.is_none_or(|slash| colon > slash) => {
-                let tag = &name_and_tag[colon + 1..];
-                validate_tag(tag)?;
-                (&name_and_tag[..colon], Some(tag.to_owned()))
-            }
-            _ => (name_and_tag, None),
-        };
+        let (name, tag) = split_tag(name_and_tag);
+        if let Some(tag) = tag {
+            validate_tag(tag)?;
+        }
+        let tag = tag.map(str::to_owned);
 
         if name.len() > MAX_NAME_LEN {
             return Err(ImageRefError::NameTooLong {
@@ -106,14 +100,14 @@ impl ImageRef {
 
         let (registry, path) = split_registry(name);
         if let Some(registry) = registry
-            && !is_valid_registry(registry)
+            && check_registry(registry).is_err()
         {
             return Err(ImageRefError::InvalidRegistry {
                 reference: reference.to_owned(),
                 registry: registry.to_owned(),
             });
         }
-        if !is_valid_path(path) {
+        if check_path(path).is_err() {
             return Err(ImageRefError::InvalidPath {
                 reference: reference.to_owned(),
                 path: path.to_owned(),
@@ -209,11 +203,12 @@ pub fn validate_tag(tag: &str) -> Result<(), ImageRefError> {
     }
 }
 
-/// Splits off the registry the way container runtimes do: the first
-/// component is a registry only if there is more than one component and it
-/// looks like a host (has a '.' or ':', is `localhost`, or has uppercase
-/// letters, which repository paths never do).
-fn split_registry(name: &str) -> (Option<&str>, &str) {
+/// Splits `name` (a reference without tag and digest) into its registry host, when its first
+/// component names one, and the repository path. The distribution project's rule, which
+/// Docker follows: the first component is a host if it has a `.` or a `:` (a port, an IPv6
+/// literal), is `localhost`, or has an uppercase letter; otherwise the whole name is a path
+/// (on Docker Hub).
+pub fn split_registry(name: &str) -> (Option<&str>, &str) {
     match name.split_once('/') {
         Some((first, rest))
             if first.contains(['.', ':'])
@@ -226,45 +221,121 @@ fn split_registry(name: &str) -> (Option<&str>, &str) {
     }
 }
 
-fn is_valid_registry(registry: &str) -> bool {
-    // IPv6 literals are bracketed: `[::1]:5000`.
-    let (host, port) = if let Some(rest) = registry.strip_prefix('[') {
-        let Some((inside, after)) = rest.split_once(']') else {
-            return false;
-        };
-        if inside.is_empty() || !inside.chars().all(|c| c.is_ascii_hexdigit() || c == ':') {
-            return false;
+/// Splits a tag off `name_and_tag` (a reference without digest): a `:` after the last `/` is
+/// the tag's; an earlier one is a registry port (`localhost:5000/app`).
+pub fn split_tag(name_and_tag: &str) -> (&str, Option<&str>) {
+    let last_slash = name_and_tag.rfind('/');
+    match name_and_tag.rfind(':') {
+        Some(colon) if last_slash.is_none_or(|slash| colon > slash) => {
+            (&name_and_tag[..colon], Some(&name_and_tag[colon + 1..]))
+        }
+        _ => (name_and_tag, None),
+    }
+}
+
+/// Why a registry host (`host[:port]`, `[v6]:port`) is not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostProblem {
+    #[error("registry host {0:?} has an unclosed '['")]
+    UnclosedBracket(String),
+    #[error("registry host {0:?} is not a valid IPv6 literal")]
+    InvalidIpv6(String),
+    #[error("registry host {0:?} is malformed")]
+    Malformed(String),
+    #[error("registry host {0:?} is not a valid host name")]
+    InvalidName(String),
+    #[error("registry host {0:?} has an invalid port")]
+    InvalidPort(String),
+}
+
+/// Checks a registry host: DNS labels of letters, digits and inner `-` (at most 63 each, 253
+/// in all), or a bracketed IPv6 literal, and an optional port 1–65535.
+pub fn check_registry(host: &str) -> Result<(), HostProblem> {
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let (inside, after) = rest
+            .split_once(']')
+            .ok_or_else(|| HostProblem::UnclosedBracket(host.to_owned()))?;
+        if inside.is_empty()
+            || !inside
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return Err(HostProblem::InvalidIpv6(host.to_owned()));
         }
         match after {
-            "" => return true,
+            "" => (None, None),
             _ => match after.strip_prefix(':') {
-                Some(port) => return is_valid_port(port),
-                None => return false,
+                Some(port) => (None, Some(port)),
+                None => return Err(HostProblem::Malformed(host.to_owned())),
             },
         }
     } else {
-        match registry.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (registry, None),
+        match host.split_once(':') {
+            Some((name, port)) => (Some(name), Some(port)),
+            None => (Some(host), None),
         }
     };
-    let host_ok = !host.is_empty()
-        && host.split('.').all(|label| {
+    if let Some(name) = name {
+        let label_ok = |label: &str| {
             !label.is_empty()
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-        });
-    host_ok && port.is_none_or(is_valid_port)
+        };
+        if name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok) {
+            return Err(HostProblem::InvalidName(host.to_owned()));
+        }
+    }
+    if let Some(port) = port {
+        let valid = !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p != 0);
+        if !valid {
+            return Err(HostProblem::InvalidPort(host.to_owned()));
+        }
+    }
+    Ok(())
 }
 
-fn is_valid_port(port: &str) -> bool {
-    !port.is_empty() && port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit())
+/// Longest repository path (without the registry) a registry accepts.
+pub const MAX_PATH_LEN: usize = 255;
+
+/// Why a repository path is not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    #[error("repository path is empty")]
+    Empty,
+    #[error("repository path is longer than {MAX_PATH_LEN} characters")]
+    TooLong,
+    #[error("repository path {0:?} must be lowercase")]
+    Uppercase(String),
+    #[error(
+        "repository path component {0:?} is invalid (allowed: lowercase letters, digits, and \
+         single '.', '_', '__' or '-' runs between them)"
+    )]
+    Component(String),
 }
 
-/// Path components: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`, joined by '/'.
-fn is_valid_path(path: &str) -> bool {
-    !path.is_empty() && path.split('/').all(is_valid_path_component)
+/// Checks a repository path: `/`-separated components of lowercase letters and digits,
+/// joined inside a component by `.`, `_`, `__` or any run of `-`.
+pub fn check_path(path: &str) -> Result<(), PathProblem> {
+    if path.is_empty() {
+        return Err(PathProblem::Empty);
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(PathProblem::TooLong);
+    }
+    if path.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(PathProblem::Uppercase(path.to_owned()));
+    }
+    match path.split('/').find(|c| !is_valid_path_component(c)) {
+        Some(component) => Err(PathProblem::Component(component.to_owned())),
+        None => Ok(()),
+    }
 }
 
 fn is_valid_path_component(component: &str) -> bool {
@@ -292,6 +363,17 @@ fn is_valid_path_component(component: &str) -> bool {
         }
     }
     true
+}
+
+/// Whether `tag` is a valid tag (see [`validate_tag`]).
+pub fn is_valid_tag(tag: &str) -> bool {
+    validate_tag(tag).is_ok()
+}
+
+/// Whether `digest` is a valid `algorithm:encoded` digest (sha256, sha384 and sha512 as
+/// lowercase hex of their length).
+pub fn is_valid_digest(digest: &str) -> bool {
+    validate_digest(digest).is_ok()
 }
 
 /// Digest: `algorithm:encoded`, algorithm `[a-z0-9]+([+._-][a-z0-9]+)*`.
@@ -330,6 +412,50 @@ fn validate_digest(digest: &str) -> Result<(), ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_grammar_splits_and_checks_what_both_readers_need() {
+        assert_eq!(split_registry("nginx"), (None, "nginx"));
+        assert_eq!(split_registry("team/app"), (None, "team/app"));
+        assert_eq!(split_registry("localhost/app"), (Some("localhost"), "app"));
+        assert_eq!(
+            split_registry("[::1]:5000/app"),
+            (Some("[::1]:5000"), "app")
+        );
+        assert_eq!(split_registry("Host/app"), (Some("Host"), "app"));
+        assert_eq!(
+            split_tag("localhost:5000/app"),
+            ("localhost:5000/app", None)
+        );
+        assert_eq!(
+            split_tag("localhost:5000/app:1"),
+            ("localhost:5000/app", Some("1"))
+        );
+        assert_eq!(split_tag("localhost:5000"), ("localhost", Some("5000")));
+        assert_eq!(check_registry("ghcr.io"), Ok(()));
+        assert_eq!(check_registry("[::ffff:1.2.3.4]:443"), Ok(()));
+        assert_eq!(
+            check_registry("host.io:99999"),
+            Err(HostProblem::InvalidPort("host.io:99999".into()))
+        );
+        assert_eq!(
+            check_registry(&format!("{}.io", "a".repeat(64))),
+            Err(HostProblem::InvalidName(format!("{}.io", "a".repeat(64))))
+        );
+        assert_eq!(check_path("org/app"), Ok(()));
+        assert_eq!(check_path(""), Err(PathProblem::Empty));
+        assert_eq!(
+            check_path("Org/app"),
+            Err(PathProblem::Uppercase("Org/app".into()))
+        );
+        assert_eq!(
+            check_path("org//app"),
+            Err(PathProblem::Component(String::new()))
+        );
+        assert!(is_valid_tag("v1.2.3") && !is_valid_tag(".x"));
+        assert!(is_valid_digest(&format!("sha256:{}", "a".repeat(64))));
+        assert!(!is_valid_digest("sha256:abc"));
+    }
 
     const SHA: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
