@@ -329,6 +329,19 @@ pub enum NotificationType {
     PullRequestComment,
 }
 
+impl NotificationType {
+    /// Its name as the spec writes it (the `type` label of the notification metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Slack => "Slack",
+            Self::Teams => "Teams",
+            Self::Webhook => "Webhook",
+            Self::CommitStatus => "CommitStatus",
+            Self::PullRequestComment => "PullRequestComment",
+        }
+    }
+}
+
 /// What a notification is about.
 #[derive(
     Serialize,
@@ -358,6 +371,21 @@ pub enum HappeningKind {
     Failing,
     /// `Ready=True` again after a `Failing` message.
     Recovered,
+}
+
+impl HappeningKind {
+    /// Its name as the spec writes it (the `happening` label of the notification metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Committed => "Committed",
+            Self::PullRequest => "PullRequest",
+            Self::Waiting => "Waiting",
+            Self::Approved => "Approved",
+            Self::Held => "Held",
+            Self::Failing => "Failing",
+            Self::Recovered => "Recovered",
+        }
+    }
 }
 
 /// Which destinations were told of the failure that began at `since` (`status.failureNotified`).
@@ -415,5 +443,37 @@ impl PullRequestState {
 impl std::fmt::Display for PullRequestState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::{HappeningKind, NotificationType};
+
+    /// The metric labels are the names the spec writes, the same as before they were named.
+    #[test]
+    fn labels_are_the_spec_names() {
+        for t in [
+            NotificationType::Slack,
+            NotificationType::Teams,
+            NotificationType::Webhook,
+            NotificationType::CommitStatus,
+            NotificationType::PullRequestComment,
+        ] {
+            assert_eq!(t.as_str(), format!("{t:?}"));
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+        for k in [
+            HappeningKind::Committed,
+            HappeningKind::PullRequest,
+            HappeningKind::Waiting,
+            HappeningKind::Approved,
+            HappeningKind::Held,
+            HappeningKind::Failing,
+            HappeningKind::Recovered,
+        ] {
+            assert_eq!(k.as_str(), format!("{k:?}"));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+        }
     }
 }

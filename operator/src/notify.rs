@@ -134,8 +134,8 @@ fn count(metrics: &Metrics, destination: &Notification, message: &Message, outco
     metrics
         .notifications
         .get_or_create(&NotificationLabels {
-            r#type: format!("{:?}", destination.type_),
-            happening: format!("{:?}", message.kind),
+            r#type: destination.type_.as_str().to_owned(),
+            happening: message.kind.as_str().to_owned(),
             outcome: outcome.to_owned(),
         })
         .inc();
