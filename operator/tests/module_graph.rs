@@ -749,3 +749,20 @@ fn each_crate_depends_on_the_layers_below_it_only() {
         assert_eq!(found, allowed, "operator/{krate}/Cargo.toml");
     }
 }
+
+/// The binary (controllers, cluster services, wiring) has no `git2` of its own: every Git
+/// read and write, the promotion's history walks included, goes through `imagewatch-git`
+/// and its writer, so the compiler keeps libgit2 out of the controllers.
+#[test]
+fn the_binary_reaches_git_only_through_the_git_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut section = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if line.starts_with("git2") {
+            panic!("operator/Cargo.toml {section} names git2");
+        }
+    }
+}

@@ -42,6 +42,7 @@ mod push;
 mod repo;
 mod sign;
 mod url;
+mod walk;
 mod write;
 pub mod writer;
 

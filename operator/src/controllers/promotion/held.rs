@@ -154,8 +154,7 @@ fn changes_of(
         // The value before this change: the history of the change's first parent.
         at = Oid::from_str(&change.commit)
             .ok()
-            .and_then(|id| repo.raw().find_commit(id).ok())
-            .and_then(|c| c.parent_id(0).ok());
+            .and_then(|id| repo.first_parent(id));
         changes.push(change);
         if holds::history_complete(&changes, &ask.promoted) {
             break;

@@ -21,7 +21,7 @@ use crate::cluster::secrets;
 use crate::controllers::SecretReader;
 use crate::controllers::parse_duration;
 use crate::{
-    git::{GitAuth, GitError, Oid, RepoCache},
+    git::{GitAuth, GitError, Oid, Repo, RepoCache},
     promotion::gates::{ApplicationFacts, Containment, application_state},
 };
 
@@ -323,63 +323,12 @@ pub(super) fn utf8_files(files: Vec<(String, Vec<u8>)>) -> Vec<(String, String)>
 /// state the source held), within the first 1000 commits of the source branch.
 pub(super) const SOURCE_HISTORY_CHANGES: usize = 64;
 
-/// The commits (first-parent history, newest first, at most `max` of them within 1000
-/// commits) that changed `path`, each with its time. The first is the last change of what
-/// `path` holds at `head`; when none is found within 1000 commits, the oldest commit walked
-/// stands for it.
-pub(super) fn changes(
-    repo: &git2::Repository,
-    head: Oid,
-    path: &str,
-    max: usize,
-) -> Result<Vec<(Oid, jiff::Timestamp)>, git2::Error> {
-    let entry_at = |c: &git2::Commit<'_>| -> Option<Oid> {
-        c.tree()
-            .ok()?
-            .get_path(std::path::Path::new(path))
-            .ok()
-            .map(|e| e.id())
-    };
-    let time = |c: &git2::Commit<'_>| jiff::Timestamp::from_second(c.time().seconds()).ok();
-    let mut found = Vec::new();
-    let mut commit = repo.find_commit(head)?;
-    let mut entry = entry_at(&commit);
-    for _ in 0..1000 {
-        if entry.is_none() || found.len() >= max {
-            break;
-        }
-        let parent = commit.parent(0).ok();
-        let parent_entry = parent.as_ref().and_then(entry_at);
-        if parent_entry != entry
-            && let Some(at) = time(&commit)
-        {
-            found.push((commit.id(), at));
-        }
-        let Some(parent) = parent else {
-            break;
-        };
-        commit = parent;
-        entry = parent_entry;
-    }
-    if found.is_empty()
-        && entry.is_some()
-        && let Some(at) = time(&commit)
-    {
-        found.push((commit.id(), at));
-    }
-    Ok(found)
-}
-
 /// Whether `revision` is, or descends from, every commit of `commits`.
-pub(super) fn containment(
-    repo: &git2::Repository,
-    revision: &str,
-    commits: &[String],
-) -> Containment {
+pub(super) fn containment(repo: &Repo, revision: &str, commits: &[String]) -> Containment {
     let Ok(rev) = Oid::from_str(revision) else {
         return Containment::Unknown(format!("revision {revision:?} is not a commit id"));
     };
-    if repo.find_commit(rev).is_err() {
+    if !repo.has_commit(rev) {
         return Containment::Unknown(format!(
             "revision {} is not in the fetched history of the source branch",
             revision.get(..12).unwrap_or(revision)
@@ -392,7 +341,7 @@ pub(super) fn containment(
         if c == rev {
             continue;
         }
-        match repo.graph_descendant_of(rev, c) {
+        match repo.descends_from(rev, c) {
             Ok(true) => {}
             Ok(false) => return Containment::Lacks(commit.clone()),
             Err(e) => return Containment::Unknown(format!("cannot compare with {commit}: {e}")),
@@ -483,8 +432,7 @@ pub(super) async fn read_git(
                 } else {
                     1
                 };
-                let walked = changes(repo.raw(), source_head, trimmed, max)
-                    .map_err(|e| PromotionError::Internal(format!("git history: {e}")))?;
+                let walked = repo.changes_of(source_head, trimmed, max)?;
                 let changed = walked.first().map(|(c, at)| (c.to_string(), *at));
                 commits.extend(changed.as_ref().map(|(c, _)| c.clone()));
                 if source_history {
@@ -502,7 +450,7 @@ pub(super) async fn read_git(
             }
             None => None,
         };
-        let containment = revision.map(|rev| containment(repo.raw(), &rev, &commits));
+        let containment = revision.map(|rev| containment(&repo, &rev, &commits));
         Ok(GitRead {
             base_head,
             pr_tip,
@@ -583,60 +531,5 @@ mod tests {
         assert!(validate(&bad.spec).unwrap_err().contains("soakSince"));
         let ok = policy(json!({"gates": {"soak": "1m", "soakSince": "Running"}}));
         assert!(validate(&ok.spec).is_ok());
-    }
-
-    /// A repository whose `dir/f` is written by each of `contents` in turn (one commit each,
-    /// `None`: a commit elsewhere), at times 100, 200, … s.
-    fn history_repo(contents: &[Option<&str>]) -> (tempfile::TempDir, git2::Repository) {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = git2::Repository::init(dir.path()).unwrap();
-        let mut parent: Option<Oid> = None;
-        for (i, content) in contents.iter().enumerate() {
-            let path = match content {
-                Some(_) => "dir/f",
-                None => "other",
-            };
-            let file = dir.path().join(path);
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, content.unwrap_or(&format!("{i}"))).unwrap();
-            let mut index = repo.index().unwrap();
-            index.add_path(std::path::Path::new(path)).unwrap();
-            index.write().unwrap();
-            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
-            let sig = git2::Signature::new(
-                "ci",
-                "ci@example.invalid",
-                &git2::Time::new(100 * (i as i64 + 1), 0),
-            )
-            .unwrap();
-            let parents: Vec<git2::Commit<'_>> = parent
-                .iter()
-                .map(|p| repo.find_commit(*p).unwrap())
-                .collect();
-            let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
-            parent = Some(
-                repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &refs)
-                    .unwrap(),
-            );
-        }
-        (dir, repo)
-    }
-
-    #[test]
-    fn changes_of_a_path_are_the_commits_that_changed_it_newest_first() {
-        let (_dir, repo) = history_repo(&[Some("a"), None, Some("b"), None, Some("c")]);
-        let head = repo.head().unwrap().target().unwrap();
-        let seconds = |found: Vec<(Oid, jiff::Timestamp)>| {
-            found
-                .iter()
-                .map(|(_, at)| at.as_second())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            seconds(changes(&repo, head, "dir", 64).unwrap()),
-            [500, 300, 100]
-        );
-        assert_eq!(seconds(changes(&repo, head, "dir", 2).unwrap()), [500, 300]);
-        assert!(changes(&repo, head, "missing", 64).unwrap().is_empty());
     }
 }
