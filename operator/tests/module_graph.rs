@@ -615,6 +615,7 @@ const STEP_FILES: &[&str] = &[
     "controllers/imagewatch/pull_request.rs",
     "controllers/promotion/read.rs",
     "controllers/promotion/decide.rs",
+    "controllers/promotion/gates.rs",
     "controllers/promotion/deliver.rs",
     "controllers/promotion/finalizer.rs",
     "controllers/promotion/status.rs",

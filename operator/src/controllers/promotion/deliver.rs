@@ -47,6 +47,41 @@ impl<'a> DeliverContext<'a> {
     }
 }
 
+/// Mode `PullRequest`, the candidate already in the target: closes the pull request still
+/// open from `head` into `base`, if any (the one it proposed is no longer needed).
+pub(super) async fn close_stale(
+    forge: &ForgeClient,
+    head: &str,
+    base: &str,
+) -> Result<Option<crate::forge::PullRequest>, PromotionError> {
+    let Some(open) = forge.find_open(head, base).await? else {
+        return Ok(None);
+    };
+    forge.close(&open).await?;
+    Ok(Some(open))
+}
+
+/// Mode `PullRequest`: opens (or updates) the pull request from `head` into `base` for the
+/// candidate, titled and described from it and its gate report.
+pub(super) async fn propose(
+    forge: &ForgeClient,
+    settings: &imagewatch_crd::promotion::PullRequestSettings,
+    (head, base): (&str, &str),
+    (candidate, report): (&promotion::Candidate, &promotion::gates::GateReport),
+    text: TextContext<'_>,
+) -> Result<crate::forge::Ensured, PromotionError> {
+    Ok(forge
+        .ensure(&crate::forge::NewPullRequest {
+            head: head.to_owned(),
+            base: base.to_owned(),
+            title: render::title(settings.title.as_deref(), candidate, text),
+            body: render::body(candidate, &report.gates, text),
+            labels: settings.labels.clone().unwrap_or_default(),
+            auto_merge: settings.auto_merge.unwrap_or(false),
+        })
+        .await?)
+}
+
 pub(super) async fn forge_client(
     policy: &PromotionPolicy,
     git_url: &str,

@@ -3,12 +3,13 @@
 //!
 //! This file holds the controller runner and the top-level reconcile, which calls the steps in
 //! order; each step has its file: `read.rs` (validate, dereference, read Git and Argo CD),
-//! `decide.rs` (candidate and gate facts), `held.rs` (images not proposed again),
-//! `deliver.rs` (commit or pull request through the git writer and the forge), `status.rs`
-//! (status and Events) and `finalizer.rs` (cleanup on delete). Each step takes a context of
-//! its own, borrowed from what the reconciles share (`ReadContext`, `DecideContext`,
-//! `DeliverContext`, `FinalizerContext`; the status step takes the Event recorder and the
-//! client alone).
+//! `decide.rs` (the candidate, pure), `held.rs` (images not proposed again), `gates.rs`
+//! (the gate facts registries answer), `deliver.rs` (commit or pull request through the git
+//! writer, and every forge call), `status.rs` (status and Events) and `finalizer.rs` (cleanup
+//! on delete). Each step takes a context of its own, borrowed from what the reconciles share
+//! (`ReadContext`, `GateContext`, `DeliverContext`, `FinalizerContext`; the status step
+//! takes the Event recorder and the client alone). No Git is read here but through the git
+//! crate's `Repo` on the writer's clone.
 //!
 //! One reconcile of one policy, top to bottom:
 //!
@@ -21,7 +22,8 @@
 //! 4. **decide** (pure, `crate::promotion`): candidate, diff against the target, the images
 //!    held because someone else changed them in the target (`held.rs`: `spec.onGitChange`,
 //!    reading the history of a place only when Git differs from both the candidate and the
-//!    last promotion), gates;
+//!    last promotion); then the gate facts registries answer (`gates.rs`: images in the
+//!    target registry, signatures) and the pure evaluation of every gate;
 //! 5. **write**: nothing when the target already matches (an open pull request is then closed);
 //!    otherwise, once every gate passes, a commit through the git writer on `to.branch` (mode
 //!    `Commit`, re-planned and retried when the push is rejected) or on
@@ -69,7 +71,7 @@ use crate::controllers::Context;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
 use crate::{
-    forge::{EnsureAction, NewPullRequest},
+    forge::EnsureAction,
     promotion::{
         self, GateFacts,
         gates::{ApprovalFacts, Containment, SoakFacts},
@@ -83,20 +85,20 @@ mod deliver;
 mod finalizer;
 #[cfg(test)]
 mod fixtures;
+mod gates;
 mod held;
 mod read;
 mod shared;
 mod soak;
 mod status;
 
-use self::decide::{
-    DecideContext, Decision, candidate_error, check_gate_registries_allowed, check_images,
-    check_signatures, first_tag_pending,
-};
+use self::decide::{Decision, candidate_error, first_tag_pending};
 use self::deliver::{
-    DeliverContext, Planner, commit_to_target, forge_client, push_pull_request_branch,
+    DeliverContext, Planner, close_stale, commit_to_target, forge_client, propose,
+    push_pull_request_branch,
 };
 use self::finalizer::{FinalizerContext, add_finalizer, finalize, remove_finalizer};
+use self::gates::{GateContext, check_gate_registries_allowed, check_images, check_signatures};
 use self::read::{
     ReadContext, list_source_watches, read_application, read_git, resolve_location, source_label,
 };
@@ -509,7 +511,7 @@ async fn reconcile_policy(
     let client = &shared.ctx.client;
     let (read_step, decide_step, deliver_step) = (
         ReadContext::of(shared),
-        DecideContext::of(shared),
+        GateContext::of(shared),
         DeliverContext::of(shared),
     );
 
@@ -637,10 +639,8 @@ async fn reconcile_policy(
                 .is_none_or(|s| !s.conditions.iter().any(|c| c.type_ == PULL_REQUEST_OPEN));
             if known || (first_look && read.pr_tip.is_some()) {
                 let forge = forge_client(policy, &location.url, &deliver_step).await?;
-                if let Some(open) = forge.find_open(&pr_branch, &location.base).await? {
-                    forge.close(&open).await?;
-                    outcome.delivery = Delivery::UpToDate { closed: Some(open) };
-                }
+                let closed = close_stale(&forge, &pr_branch, &location.base).await?;
+                outcome.delivery = Delivery::UpToDate { closed };
             }
         }
         return Ok(outcome);
@@ -747,16 +747,14 @@ async fn reconcile_policy(
                 add_finalizer(client, policy.meta()).await?;
                 *finalizer_present = true;
             }
-            let ensured = forge
-                .ensure(&NewPullRequest {
-                    head: pr_branch.clone(),
-                    base: location.base.clone(),
-                    title: render::title(settings.title.as_deref(), &candidate, text_ctx),
-                    body: render::body(&candidate, &report.gates, text_ctx),
-                    labels: settings.labels.clone().unwrap_or_default(),
-                    auto_merge: settings.auto_merge.unwrap_or(false),
-                })
-                .await?;
+            let ensured = propose(
+                &forge,
+                &settings,
+                (&pr_branch, &location.base),
+                (&candidate, &report),
+                text_ctx,
+            )
+            .await?;
             outcome.warnings.extend(ensured.warnings);
             outcome.delivery = Delivery::Proposed {
                 pull_request: ensured.pull_request,
