@@ -13,7 +13,8 @@ use imagewatch_engine::windows::Pause;
 use kube::ResourceExt;
 
 use super::pull_request;
-use super::validate::{AllowList, ValidatedRules, check_git_allowed, join_path};
+use super::validate::ValidatedRules;
+use crate::cluster::allowance::Allowance;
 use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
 use crate::controllers::credentials::credential_choice;
@@ -22,6 +23,7 @@ use crate::manifests::{TargetSpec, WorkloadTarget};
 use crate::policy::{self, TagPolicy};
 use crate::registry::{Credentials, is_ecr_host};
 use crate::scan::index::CredentialKey;
+use crate::telemetry::Metrics;
 
 /// What the dereference step reads: Secrets, the allow-list (asked before a Git Secret is
 /// read), Argo CD Applications (with the client, in Argo CD's namespace, through the cache
@@ -332,4 +334,120 @@ pub(crate) struct VerifyKeys {
     pub keys: Vec<crate::signature::TrustedKey>,
     /// Key-set fingerprint and registry credentials, for the verdict cache.
     pub cache_key: String,
+}
+
+/// What the allow-list asks read: the allow-list, the client its ConfigMap and AppProjects
+/// are read with, the metrics its answers are counted in, and Argo CD's namespace.
+#[derive(Clone, Copy)]
+pub(super) struct AllowList<'a> {
+    pub(super) allowance: &'a Allowance,
+    pub(super) client: &'a kube::Client,
+    pub(super) metrics: &'a Metrics,
+    pub(super) argocd_namespace: &'a str,
+}
+
+impl<'a> AllowList<'a> {
+    /// The allow-list of the shared services.
+    pub(super) fn of(ctx: &'a Context) -> Self {
+        AllowList {
+            allowance: &ctx.allowance,
+            client: &ctx.client,
+            metrics: &ctx.metrics,
+            argocd_namespace: &ctx.argocd_namespace,
+        }
+    }
+}
+
+/// Step 2 (dereference), first of all, tenancy: the allow-list must let the watch's namespace read its image
+/// (for a pattern, everything its literal prefix covers) and use the operator's AWS identity
+/// when it does. Checked before anything is read.
+pub(super) async fn check_registry_allowed(
+    watch: &ImageWatch,
+    allow: AllowList<'_>,
+) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let image = watch.spec.image.split('*').next().unwrap_or_default();
+    let registry = image.split('/').next().unwrap_or_default();
+    let credentials = watch.spec.credentials.clone().unwrap_or_default();
+    let (aws, _) = credential_choice(&credentials, &namespace, registry);
+    let ask = crate::cluster::allow::Ask {
+        namespace: &namespace,
+        git: None,
+        images: vec![image],
+        aws,
+    };
+    allow
+        .allowance
+        .check(allow.client, allow.metrics, "ImageWatch", ask, None)
+        .await
+}
+
+/// The path a target writes, under `base` (pure); a pattern's `$n` and what follows are cut.
+fn written_path(target: &imagewatch_crd::Target, base: &str) -> String {
+    let path = [
+        target.workload.as_ref().map(|w| w.path.as_str()),
+        target.kustomize.as_ref().map(|k| k.path.as_str()),
+        target.helm.as_ref().map(|h| h.file.as_str()),
+        target.argocd_source.as_ref().map(|a| a.path.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .unwrap_or_default();
+    let literal = path.split('$').next().unwrap_or_default();
+    join_path(base, literal)
+}
+
+/// Step 2 (dereference), first of all, tenancy: the allow-list (or the managing Application's AppProject)
+/// must let the watch's namespace write `url` at its target's path. Checked before the git
+/// Secret is read and before Git is.
+pub(super) async fn check_git_allowed(
+    watch: &ImageWatch,
+    allow: AllowList<'_>,
+    url: &str,
+    base_path: &str,
+) -> Result<(), ReconcileError> {
+    let namespace = watch.namespace().unwrap_or_default();
+    let path = written_path(&watch.spec.target, base_path);
+    let ask = crate::cluster::allow::Ask {
+        namespace: &namespace,
+        git: Some((url, vec![path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = crate::cluster::allowance::ProjectOf {
+        argocd_namespace: allow.argocd_namespace,
+        namespace: &namespace,
+        annotations: watch.annotations(),
+        labels: watch.labels(),
+    };
+    allow
+        .allowance
+        .check(
+            allow.client,
+            allow.metrics,
+            "ImageWatch",
+            ask,
+            Some(project),
+        )
+        .await
+}
+
+/// `base/path`, without leading or trailing slashes.
+pub(super) fn join_path(base: &str, path: &str) -> String {
+    // `$<ref>/file`: a file of a multi-source Application's `ref` source, from its root.
+    if let Some(rest) = path.strip_prefix('$') {
+        return rest
+            .split_once('/')
+            .map_or("", |(_, file)| file)
+            .trim_matches('/')
+            .to_string();
+    }
+    let base = base.trim_matches('/');
+    let path = path.trim_matches('/');
+    match (base.is_empty(), path.is_empty()) {
+        (true, _) => path.to_string(),
+        (false, true) => base.to_string(),
+        (false, false) => format!("{base}/{path}"),
+    }
 }

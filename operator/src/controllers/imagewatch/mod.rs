@@ -1,11 +1,11 @@
 //! The ImageWatch pipeline. One reconcile of one `ImageWatch`, top to bottom, one file per
 //! step:
 //!
-//! 1. validate (`validate.rs`; pure, and the allow-list): tag rules, interval; may the
-//!    watch's namespace read its image and write its Git target — asked before anything it
-//!    names is read;
-//! 2. dereference (`dereference.rs`, I/O): registry credentials, the Git location
-//!    (`spec.git` or the managing Argo CD Application), the cosign keys of `spec.verify`;
+//! 1. validate (`validate.rs`, pure): tag rules, interval, platforms, windows;
+//! 2. dereference (`dereference.rs`, I/O): first the allow-list asks — may the watch's
+//!    namespace read its image and write its Git target, before anything it names is read —
+//!    then registry credentials, the Git location (`spec.git` or the managing Argo CD
+//!    Application), the cosign keys of `spec.verify`;
 //! 3. scan (`scan.rs`, step 3a): the repository's tags through the shared index; digests,
 //!    which confirm a tag exists (manifest HEAD); signature verdicts. Then select
 //!    (`select.rs`, step 3b; pure but for those lookups): the tag to run — the rules' choice,
@@ -62,6 +62,7 @@ use crate::scan::index::CatalogKey;
 use crate::sources::routing::{PushStages, Stage};
 use crate::writer::WriteRequest;
 use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::ReconcileLabels};
+use dereference::{AllowList, check_registry_allowed};
 use dereference::{
     DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
 };
@@ -72,7 +73,7 @@ pub(crate) use scan::count_signature_check;
 use scan::{ScanContext, catalog_error, prepare, scan_repository};
 use select::{SelectContext, group_choice};
 use status::{build_status, patch_status_if_changed, publish_events};
-use validate::{AllowList, check_registry_allowed, validate_rules};
+use validate::validate_rules;
 use write::{WriteContext, pattern_pull_requests, write_and_propose};
 
 /// Members of a pattern watch scanned at the same time.
