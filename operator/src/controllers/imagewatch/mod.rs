@@ -71,10 +71,10 @@ use imagewatch_engine::considered::Considered;
 use members::{MemberResult, PatternImage, PatternOutcome};
 pub(crate) use scan::count_signature_check;
 use scan::{ScanContext, catalog_error, prepare, scan_repository};
-use select::{SelectContext, group_choice};
+use select::{Choice, SelectContext, choose, group_choice, image_for};
 use status::{build_status, patch_status_if_changed, publish_events};
 use validate::validate_rules;
-use write::{WriteContext, pattern_pull_requests, write_and_propose};
+use write::{WriteContext, pattern_pull_requests, write_and_propose, write_request};
 
 /// Members of a pattern watch scanned at the same time.
 const MEMBER_CONCURRENCY: usize = 8;
@@ -490,12 +490,17 @@ async fn plan_member(
             target,
         )
         .await?;
-        let (tag, digest, refused) = me.choose(scan, verify, None).await?;
+        let Choice {
+            tag,
+            digest,
+            refused,
+        } = choose(&me, scan, verify, None).await?;
         result.latest = Some(tag.clone());
         result.refused = refused.into_iter().next();
-        me.write_request(
+        write_request(
+            &me,
             dereference,
-            me.image_for(&tag, digest.as_deref())?,
+            image_for(&me, &tag, digest.as_deref())?,
             Some(git.clone()),
         )
         .await
@@ -527,7 +532,7 @@ async fn reconcile_single(
     let stage = |stage| ctx.pending.stage(&me.repo.registry, &me.repo.path, stage);
     stage(Stage::Listed);
     // What the rules alone leave out, until a tag is chosen.
-    *considered = Some(me.considered(None, &[], None));
+    *considered = Some(select::considered(&me, None, &[], None));
 
     // 3b. select: the watch's own choice, or its group's.
     let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
@@ -536,16 +541,25 @@ async fn reconcile_single(
     };
     // With spec.verify: only a tag whose signature verifies is written.
     let verify = verify_keys(watch, &me.rules, dereference).await?;
-    let (tag, digest, refused) = me
-        .choose(
-            scan,
-            verify.as_ref(),
-            group.as_ref().map(|g| g.tag.as_str()),
-        )
-        .await?;
-    *considered = Some(me.considered(Some(&tag), &refused, spec.group.as_deref()));
+    let Choice {
+        tag,
+        digest,
+        refused,
+    } = choose(
+        &me,
+        scan,
+        verify.as_ref(),
+        group.as_ref().map(|g| g.tag.as_str()),
+    )
+    .await?;
+    *considered = Some(select::considered(
+        &me,
+        Some(&tag),
+        &refused,
+        spec.group.as_deref(),
+    ));
     let refused = refused.into_iter().next();
-    let latest = me.latest(scan, &tag, digest.as_deref());
+    let latest = select::latest(&me, scan, &tag, digest.as_deref());
     stage(Stage::Selected);
 
     // 4. write: a group writes every member at once, so the batching writer makes one commit.
@@ -555,13 +569,13 @@ async fn reconcile_single(
         .and_then(|g| g.pull_request.clone())
         .filter(|_| me.rules.pause.is_none());
     let forge_url = git.url.clone();
-    let mine = me
-        .write_request(
-            dereference,
-            me.image_for(&tag, digest.as_deref())?,
-            Some(git),
-        )
-        .await?;
+    let mine = write_request(
+        &me,
+        dereference,
+        image_for(&me, &tag, digest.as_deref())?,
+        Some(git),
+    )
+    .await?;
     if let Some(settings) = pr_settings {
         let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
         let (write, delivered) = write_and_propose(

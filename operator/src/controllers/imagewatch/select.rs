@@ -13,6 +13,7 @@ use kube::{ResourceExt, core::DeserializeGuard};
 
 use super::dereference::{DereferenceContext, VerifyKeys};
 use super::scan::{Prepared, ScanContext, prepare};
+use super::write::write_request;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::policy;
@@ -50,7 +51,7 @@ fn verify_mode(verify: bool, pinned: bool, grouped: bool) -> VerifyMode {
 
 /// What choosing a group's tag reads: the watch cache (the group's other members), and what
 /// dereferencing and scanning those members reads. The choice of a tag itself
-/// ([`Prepared::choose`]) makes only the scan's lookups.
+/// ([`choose`]) makes only the scan's lookups.
 #[derive(Clone, Copy)]
 pub(super) struct SelectContext<'a> {
     pub(super) store: &'a kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
@@ -67,6 +68,16 @@ impl<'a> SelectContext<'a> {
             scan: ScanContext::of(ctx),
         }
     }
+}
+
+/// The tag a watch writes, from [`choose`].
+pub(super) struct Choice {
+    /// The tag.
+    pub(super) tag: String,
+    /// Its digest, when it was looked up (needed to pin or follow it, or to check it).
+    pub(super) digest: Option<String>,
+    /// The better tags refused (signature, platforms), best first.
+    pub(super) refused: Vec<crate::signature::Refused>,
 }
 
 /// What a group decided for one reconcile.
@@ -148,8 +159,13 @@ pub(super) async fn group_choice(
             )));
         }
         requests.push(
-            p.write_request(&ctx.dereference, p.image_for(&tag, Some(&digest))?, None)
-                .await?,
+            write_request(
+                p,
+                &ctx.dereference,
+                image_for(p, &tag, Some(&digest))?,
+                None,
+            )
+            .await?,
         );
     }
     Ok(GroupChoice {
@@ -159,208 +175,211 @@ pub(super) async fn group_choice(
     })
 }
 
-impl Prepared<'_> {
-    /// The tag the watch's own rules (or its pin) choose.
-    fn own_choice(&self) -> Result<String, ReconcileError> {
-        let spec = &self.watch.spec;
-        if let Some(pin) = spec.pin.as_deref().filter(|p| !p.is_empty()) {
-            return Ok(pin.to_string());
-        }
-        let tags = spec.tags.clone().unwrap_or_default();
-        let policy = &self.rules.policy;
-        policy.select(&self.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
-            let pattern = tags.pattern.as_deref().unwrap_or("*");
-            let matching = self.scan.tags.iter().filter(|t| policy.matches(&t.tag)).count();
-            ReconcileError::NoMatchingTags(if matching == 0 {
-                format!(
-                    "none of the {} tags of {} matches pattern {pattern:?}",
-                    self.scan.listed, self.image
-                )
-            } else {
-                format!(
-                    "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
-                    self.image, self.rules.order
-                )
-            })
-        })
+/// The tag the watch's own rules (or its pin) choose.
+fn own_choice(me: &Prepared<'_>) -> Result<String, ReconcileError> {
+    let spec = &me.watch.spec;
+    if let Some(pin) = spec.pin.as_deref().filter(|p| !p.is_empty()) {
+        return Ok(pin.to_string());
     }
-
-    /// The tag to write, its digest and the newest better tag refused (with `spec.verify`
-    /// for its signature, see [`verify_mode`]; with `spec.tags.platforms` for a missing
-    /// platform). `group_tag` is what the watch's group chose.
-    pub(super) async fn choose(
-        &self,
-        ctx: &ScanContext<'_>,
-        verify: Option<&VerifyKeys>,
-        group_tag: Option<&str>,
-    ) -> Result<(String, Option<String>, Vec<crate::signature::Refused>), ReconcileError> {
-        let pinned = self
-            .watch
-            .spec
-            .pin
-            .as_deref()
-            .is_some_and(|p| !p.is_empty());
-        let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
-        let platforms = !self.rules.platforms.is_empty();
-        if !pinned && group_tag.is_none() && (mode == VerifyMode::NewestVerified || platforms) {
-            let keys = verify.filter(|_| mode == VerifyMode::NewestVerified);
-            let (tag, digest, refused) = self.qualified_choice(ctx, keys).await?;
-            return Ok((tag, Some(digest), refused));
-        }
-        let tag = match group_tag {
-            Some(tag) => tag.to_string(),
-            None => self.own_choice()?,
-        };
-        if mode == VerifyMode::Off && !platforms {
-            // The watch's own choice needs a manifest request only where a digest is written
-            // or the listing does not hold it; a group's tag is confirmed in every member.
-            let digest = match group_tag {
-                Some(_) => Some(self.confirmed_digest(ctx, &tag).await?),
-                None => self.digest_to_write(ctx, &tag).await?,
-            };
-            return Ok((tag, digest, Vec::new()));
-        }
-        let digest = self.confirmed_digest(ctx, &tag).await?;
-        // A pin or a group's tag is not traded for an older one: it qualifies or nothing is
-        // written.
-        if let Some(refused) = self.platform_refusal(ctx, &tag, &digest).await? {
-            return Err(ReconcileError::Refused(Box::new(refused)));
-        }
-        if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
-            let verdict = self.verdict(ctx, keys, &digest).await?;
-            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
-            if let Some(first) = decision.refused.into_iter().next() {
-                return Err(ReconcileError::Refused(Box::new(first)));
-            }
-        }
-        Ok((tag, Some(digest), Vec::new()))
-    }
-
-    /// With `spec.verify` (`keys`) or `spec.tags.platforms`: the best candidate that
-    /// qualifies, its digest, and the better candidates refused, best first. Candidates are checked
-    /// best first and the first that qualifies ends the search: its platforms (a manifest,
-    /// and for a single image its config, once per digest), then its signature.
-    async fn qualified_choice(
-        &self,
-        ctx: &ScanContext<'_>,
-        keys: Option<&VerifyKeys>,
-    ) -> Result<(String, String, Vec<crate::signature::Refused>), ReconcileError> {
-        let limit = if keys.is_some() {
-            VERIFY_CANDIDATES
+    let tags = spec.tags.clone().unwrap_or_default();
+    let policy = &me.rules.policy;
+    policy.select(&me.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
+        let pattern = tags.pattern.as_deref().unwrap_or("*");
+        let matching = me.scan.tags.iter().filter(|t| policy.matches(&t.tag)).count();
+        ReconcileError::NoMatchingTags(if matching == 0 {
+            format!(
+                "none of the {} tags of {} matches pattern {pattern:?}",
+                me.scan.listed, me.image
+            )
         } else {
-            PLATFORM_CANDIDATES
+            format!(
+                "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
+                me.image, me.rules.order
+            )
+        })
+    })
+}
+
+/// The tag to write, its digest and the newest better tag refused (with `spec.verify`
+/// for its signature, see [`verify_mode`]; with `spec.tags.platforms` for a missing
+/// platform). `group_tag` is what the watch's group chose.
+pub(super) async fn choose(
+    me: &Prepared<'_>,
+    ctx: &ScanContext<'_>,
+    verify: Option<&VerifyKeys>,
+    group_tag: Option<&str>,
+) -> Result<Choice, ReconcileError> {
+    let pinned = me.watch.spec.pin.as_deref().is_some_and(|p| !p.is_empty());
+    let mode = verify_mode(verify.is_some(), pinned, group_tag.is_some());
+    let platforms = !me.rules.platforms.is_empty();
+    if !pinned && group_tag.is_none() && (mode == VerifyMode::NewestVerified || platforms) {
+        let keys = verify.filter(|_| mode == VerifyMode::NewestVerified);
+        let (tag, digest, refused) = qualified_choice(me, ctx, keys).await?;
+        return Ok(Choice {
+            tag,
+            digest: Some(digest),
+            refused,
+        });
+    }
+    let tag = match group_tag {
+        Some(tag) => tag.to_string(),
+        None => own_choice(me)?,
+    };
+    if mode == VerifyMode::Off && !platforms {
+        // The watch's own choice needs a manifest request only where a digest is written
+        // or the listing does not hold it; a group's tag is confirmed in every member.
+        let digest = match group_tag {
+            Some(_) => Some(me.confirmed_digest(ctx, &tag).await?),
+            None => me.digest_to_write(ctx, &tag).await?,
         };
-        let ranked = self.rules.policy.ranked(&self.scan.tags, limit);
-        if ranked.is_empty() {
-            self.own_choice()?;
+        return Ok(Choice {
+            tag,
+            digest,
+            refused: Vec::new(),
+        });
+    }
+    let digest = me.confirmed_digest(ctx, &tag).await?;
+    // A pin or a group's tag is not traded for an older one: it qualifies or nothing is
+    // written.
+    if let Some(refused) = me.platform_refusal(ctx, &tag, &digest).await? {
+        return Err(ReconcileError::Refused(Box::new(refused)));
+    }
+    if let (VerifyMode::ThisTag, Some(keys)) = (mode, verify) {
+        let verdict = me.verdict(ctx, keys, &digest).await?;
+        let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+        if let Some(first) = decision.refused.into_iter().next() {
+            return Err(ReconcileError::Refused(Box::new(first)));
         }
-        let mut refused_above = Vec::new();
-        for candidate in &ranked {
-            let tag = &candidate.tag;
-            let Some(digest) = self.digest(ctx, tag).await? else {
-                continue;
-            };
-            if let Some(refused) = self.platform_refusal(ctx, tag, &digest).await? {
+    }
+    Ok(Choice {
+        tag,
+        digest: Some(digest),
+        refused: Vec::new(),
+    })
+}
+
+/// With `spec.verify` (`keys`) or `spec.tags.platforms`: the best candidate that
+/// qualifies, its digest, and the better candidates refused, best first. Candidates are checked
+/// best first and the first that qualifies ends the search: its platforms (a manifest,
+/// and for a single image its config, once per digest), then its signature.
+async fn qualified_choice(
+    me: &Prepared<'_>,
+    ctx: &ScanContext<'_>,
+    keys: Option<&VerifyKeys>,
+) -> Result<(String, String, Vec<crate::signature::Refused>), ReconcileError> {
+    let limit = if keys.is_some() {
+        VERIFY_CANDIDATES
+    } else {
+        PLATFORM_CANDIDATES
+    };
+    let ranked = me.rules.policy.ranked(&me.scan.tags, limit);
+    if ranked.is_empty() {
+        own_choice(me)?;
+    }
+    let mut refused_above = Vec::new();
+    for candidate in &ranked {
+        let tag = &candidate.tag;
+        let Some(digest) = me.digest(ctx, tag).await? else {
+            continue;
+        };
+        if let Some(refused) = me.platform_refusal(ctx, tag, &digest).await? {
+            refused_above.push(refused);
+            continue;
+        }
+        if let Some(keys) = keys {
+            let verdict = me.verdict(ctx, keys, &digest).await?;
+            let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
+            if let Some(refused) = decision.refused.into_iter().next() {
                 refused_above.push(refused);
                 continue;
             }
-            if let Some(keys) = keys {
-                let verdict = self.verdict(ctx, keys, &digest).await?;
-                let decision = crate::signature::decide(&[(tag.clone(), digest.clone(), verdict)]);
-                if let Some(refused) = decision.refused.into_iter().next() {
-                    refused_above.push(refused);
-                    continue;
-                }
-            }
-            return Ok((tag.clone(), digest, refused_above));
         }
-        match refused_above.into_iter().next() {
-            Some(refused) => Err(ReconcileError::Refused(Box::new(refused))),
-            None => Err(ReconcileError::NoMatchingTags(format!(
-                "no candidate tag of {} has a manifest",
-                self.image
-            ))),
-        }
+        return Ok((tag.clone(), digest, refused_above));
     }
-
-    /// The tags ranking above `chosen` (every ranked tag without one) and why each was not
-    /// chosen: a tag rule, or one of `refused`, the pin, the group (pure).
-    pub(super) fn considered(
-        &self,
-        chosen: Option<&str>,
-        refused: &[crate::signature::Refused],
-        group: Option<&str>,
-    ) -> imagewatch_engine::considered::Considered {
-        let pin = self.watch.spec.pin.as_deref().filter(|p| !p.is_empty());
-        let chosen = chosen.or(pin).map(str::to_owned).or_else(|| {
-            self.rules
-                .policy
-                .select(&self.scan.tags)
-                .map(|t| t.tag.clone())
-        });
-        imagewatch_engine::considered::considered(
-            &self.rules.policy,
-            &self.scan.tags,
-            chosen.as_deref(),
-            imagewatch_engine::considered::Besides {
-                refused,
-                pin,
-                group,
-            },
-        )
+    match refused_above.into_iter().next() {
+        Some(refused) => Err(ReconcileError::Refused(Box::new(refused))),
+        None => Err(ReconcileError::NoMatchingTags(format!(
+            "no candidate tag of {} has a manifest",
+            me.image
+        ))),
     }
+}
 
-    /// The image reference to write for `tag` (`digest` is required to pin or follow it).
-    pub(super) fn image_for(
-        &self,
-        tag: &str,
-        digest: Option<&str>,
-    ) -> Result<String, ReconcileError> {
-        match (self.watch.spec.digest.unwrap_or_default(), digest) {
-            (DigestMode::Tag, _) => Ok(format!("{}:{}", self.image, tag)),
-            (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
-                Ok(format!("{}:{}@{}", self.image, tag, digest))
-            }
-            (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
-                "no digest of {}:{tag} to write",
-                self.image
-            ))),
+/// The tags ranking above `chosen` (every ranked tag without one) and why each was not
+/// chosen: a tag rule, or one of `refused`, the pin, the group (pure).
+pub(super) fn considered(
+    me: &Prepared<'_>,
+    chosen: Option<&str>,
+    refused: &[crate::signature::Refused],
+    group: Option<&str>,
+) -> imagewatch_engine::considered::Considered {
+    let pin = me.watch.spec.pin.as_deref().filter(|p| !p.is_empty());
+    let chosen = chosen
+        .or(pin)
+        .map(str::to_owned)
+        .or_else(|| me.rules.policy.select(&me.scan.tags).map(|t| t.tag.clone()));
+    imagewatch_engine::considered::considered(
+        &me.rules.policy,
+        &me.scan.tags,
+        chosen.as_deref(),
+        imagewatch_engine::considered::Besides {
+            refused,
+            pin,
+            group,
+        },
+    )
+}
+
+/// The image reference to write for `tag` (`digest` is required to pin or follow it).
+pub(super) fn image_for(
+    me: &Prepared<'_>,
+    tag: &str,
+    digest: Option<&str>,
+) -> Result<String, ReconcileError> {
+    match (me.watch.spec.digest.unwrap_or_default(), digest) {
+        (DigestMode::Tag, _) => Ok(format!("{}:{}", me.image, tag)),
+        (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
+            Ok(format!("{}:{}@{}", me.image, tag, digest))
         }
+        (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
+            "no digest of {}:{tag} to write",
+            me.image
+        ))),
     }
+}
 
-    /// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
-    /// known; otherwise the time the registry lists, if any.
-    pub(super) fn latest(
-        &self,
-        ctx: &ScanContext<'_>,
-        tag: &str,
-        digest: Option<&str>,
-    ) -> LatestImage {
-        let listed = self
-            .scan
-            .tags
-            .iter()
-            .find(|t| t.tag == tag)
-            .and_then(|t| t.pushed_at);
-        let appeared = (self.rules.order == policy::Order::Newest)
-            .then(|| ctx.appearances.get(&self.scan_key, tag))
-            .flatten();
-        match appeared {
-            Some(appeared) => LatestImage {
-                tag: tag.to_owned(),
-                digest: digest.map(str::to_owned),
-                pushed_at: None,
-                appeared_at: appeared.at.map(Time),
-                appeared_from: Some(appeared.source.as_str().to_owned()),
-            },
-            None => LatestImage {
-                tag: tag.to_owned(),
-                digest: digest.map(str::to_owned),
-                pushed_at: listed.map(Time),
-                appeared_at: None,
-                appeared_from: None,
-            },
-        }
+/// `status.latest` for `tag`: under `Newest`, when the tag appeared and how that is
+/// known; otherwise the time the registry lists, if any.
+pub(super) fn latest(
+    me: &Prepared<'_>,
+    ctx: &ScanContext<'_>,
+    tag: &str,
+    digest: Option<&str>,
+) -> LatestImage {
+    let listed = me
+        .scan
+        .tags
+        .iter()
+        .find(|t| t.tag == tag)
+        .and_then(|t| t.pushed_at);
+    let appeared = (me.rules.order == policy::Order::Newest)
+        .then(|| ctx.appearances.get(&me.scan_key, tag))
+        .flatten();
+    match appeared {
+        Some(appeared) => LatestImage {
+            tag: tag.to_owned(),
+            digest: digest.map(str::to_owned),
+            pushed_at: None,
+            appeared_at: appeared.at.map(Time),
+            appeared_from: Some(appeared.source.as_str().to_owned()),
+        },
+        None => LatestImage {
+            tag: tag.to_owned(),
+            digest: digest.map(str::to_owned),
+            pushed_at: listed.map(Time),
+            appeared_at: None,
+            appeared_from: None,
+        },
     }
 }
 

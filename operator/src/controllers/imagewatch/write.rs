@@ -52,78 +52,76 @@ impl<'a> WriteContext<'a> {
     }
 }
 
-impl Prepared<'_> {
-    /// The write intent that sets this watch's target to `image`, at `git` (dereferenced here
-    /// when not given).
-    pub(super) async fn write_request(
-        &self,
-        dereference: &DereferenceContext<'_>,
-        image: String,
-        git: Option<GitLocation>,
-    ) -> Result<WriteRequest, ReconcileError> {
-        let watch = self.watch;
-        let git = match git {
-            Some(git) => git,
-            None => resolve_git(watch, dereference).await?,
-        };
-        Ok(WriteRequest {
-            url: git.url,
-            branch: git.branch,
-            auth: git.auth,
-            target: target_spec(&self.target, &git.base_path, &self.image)
-                .map_err(ReconcileError::InvalidSpec)?,
-            change: ImageChange::Image(image),
-            edit: EditOptions {
-                edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
-            },
-            watch: format!("{}/{}", self.rules.namespace, watch.name_any()),
-            dry_run: self.rules.pause.is_some(),
-            push_branch: git.push_branch.map(|template| {
-                template
-                    .replace("{namespace}", &self.rules.namespace)
-                    .replace("{name}", &watch.name_any())
-            }),
-            guard: self.git_change_guard(),
-        })
-    }
+/// The write intent that sets this watch's target to `image`, at `git` (dereferenced here
+/// when not given).
+pub(super) async fn write_request(
+    me: &Prepared<'_>,
+    dereference: &DereferenceContext<'_>,
+    image: String,
+    git: Option<GitLocation>,
+) -> Result<WriteRequest, ReconcileError> {
+    let watch = me.watch;
+    let git = match git {
+        Some(git) => git,
+        None => resolve_git(watch, dereference).await?,
+    };
+    Ok(WriteRequest {
+        url: git.url,
+        branch: git.branch,
+        auth: git.auth,
+        target: target_spec(&me.target, &git.base_path, &me.image)
+            .map_err(ReconcileError::InvalidSpec)?,
+        change: ImageChange::Image(image),
+        edit: EditOptions {
+            edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
+        },
+        watch: format!("{}/{}", me.rules.namespace, watch.name_any()),
+        dry_run: me.rules.pause.is_some(),
+        push_branch: git.push_branch.map(|template| {
+            template
+                .replace("{namespace}", &me.rules.namespace)
+                .replace("{name}", &watch.name_any())
+        }),
+        guard: git_change_guard(me),
+    })
+}
 
-    /// `spec.onGitChange`: what this watch (or pattern member) last wrote, from its status —
-    /// the value a hold replaced while held, else `applied` — for the writer to tell a change
-    /// someone else made. `None` with `Overwrite`, or before anything was written.
-    fn git_change_guard(&self) -> Option<GitChangeGuard> {
-        let watch = self.watch;
-        let mode = watch.spec.on_git_change.unwrap_or_default();
-        if mode == OnGitChange::Overwrite {
-            return None;
-        }
-        let status = watch.status.as_ref()?;
-        let last_written = if watch.spec.is_pattern() {
-            let member = status
-                .members
-                .iter()
-                .find(|m| m.repository == self.repo.path)?;
-            match &member.held {
-                Some(held) => held.replaced.clone(),
-                None => member.applied.clone()?,
-            }
-        } else {
-            match &status.held {
-                Some(held) => held.replaced.clone(),
-                None => {
-                    let applied = status.applied.as_ref()?;
-                    applied.image.clone().unwrap_or_else(|| applied.tag.clone())
-                }
-            }
-        };
-        Some(GitChangeGuard {
-            mode,
-            last_written,
-            resume: watch
-                .annotations()
-                .get(imagewatch_crd::conditions::RESUME_ANNOTATION)
-                .cloned(),
-        })
+/// `spec.onGitChange`: what this watch (or pattern member) last wrote, from its status —
+/// the value a hold replaced while held, else `applied` — for the writer to tell a change
+/// someone else made. `None` with `Overwrite`, or before anything was written.
+fn git_change_guard(me: &Prepared<'_>) -> Option<GitChangeGuard> {
+    let watch = me.watch;
+    let mode = watch.spec.on_git_change.unwrap_or_default();
+    if mode == OnGitChange::Overwrite {
+        return None;
     }
+    let status = watch.status.as_ref()?;
+    let last_written = if watch.spec.is_pattern() {
+        let member = status
+            .members
+            .iter()
+            .find(|m| m.repository == me.repo.path)?;
+        match &member.held {
+            Some(held) => held.replaced.clone(),
+            None => member.applied.clone()?,
+        }
+    } else {
+        match &status.held {
+            Some(held) => held.replaced.clone(),
+            None => {
+                let applied = status.applied.as_ref()?;
+                applied.image.clone().unwrap_or_else(|| applied.tag.clone())
+            }
+        }
+    };
+    Some(GitChangeGuard {
+        mode,
+        last_written,
+        resume: watch
+            .annotations()
+            .get(imagewatch_crd::conditions::RESUME_ANNOTATION)
+            .cloned(),
+    })
 }
 
 /// `spec.git.pullRequest` (see `pull_request.rs`): when `branch` already holds the image, the
