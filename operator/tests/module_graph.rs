@@ -443,20 +443,34 @@ fn globs_in(code: &str, external: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Every dependency the `Cargo.toml` of the crate at `root` names, with its section
+/// (`[dependencies]`, `[dev-dependencies]`, …).
+fn manifest_dependencies(root: &Path) -> Vec<(String, String)> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if section.ends_with("dependencies]")
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once('=')
+        {
+            out.push((section.clone(), name.trim().to_string()));
+        }
+    }
+    out
+}
+
 /// The crates a path of this crate may start with besides its own modules: the standard
 /// library and every dependency in `Cargo.toml` (`-` read as `_`).
 fn external_crates(root: &Path) -> Vec<String> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     let mut names: Vec<String> = ["std", "core", "alloc"].map(String::from).to_vec();
-    let mut in_dependencies = false;
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_dependencies = line.ends_with("dependencies]");
-        } else if in_dependencies && let Some((name, _)) = line.split_once('=') {
-            names.push(name.trim().replace('-', "_"));
-        }
-    }
+    names.extend(
+        manifest_dependencies(root)
+            .into_iter()
+            .map(|(_, name)| name.replace('-', "_")),
+    );
     names
 }
 
@@ -665,21 +679,11 @@ fn the_reader_sees_signatures_that_name_the_shared_context() {
 
 /// The `imagewatch-…` crates in the `[dependencies]` of the crate at `root`.
 fn own_dependencies(root: &Path) -> BTreeSet<String> {
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
-    let mut out = BTreeSet::new();
-    let mut in_dependencies = false;
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_dependencies = line == "[dependencies]";
-        } else if in_dependencies
-            && let Some((name, _)) = line.split_once('=')
-            && name.trim().starts_with("imagewatch")
-        {
-            out.insert(name.trim().to_string());
-        }
-    }
-    out
+    manifest_dependencies(root)
+        .into_iter()
+        .filter(|(section, name)| section == "[dependencies]" && name.starts_with("imagewatch"))
+        .map(|(_, name)| name)
+        .collect()
 }
 
 /// The layers of the operator's crates, bottom up: the engine (pure) and `support` (HTTP
@@ -757,13 +761,9 @@ fn each_crate_depends_on_the_layers_below_it_only() {
 #[test]
 fn the_binary_reaches_git_only_through_the_git_crate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
-    let mut section = String::new();
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            section = line.to_string();
-        } else if line.starts_with("git2") {
-            panic!("operator/Cargo.toml {section} names git2");
-        }
-    }
+    let git2: Vec<_> = manifest_dependencies(root)
+        .into_iter()
+        .filter(|(_, name)| name == "git2")
+        .collect();
+    assert!(git2.is_empty(), "operator/Cargo.toml names git2: {git2:?}");
 }

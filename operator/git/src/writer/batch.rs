@@ -198,25 +198,7 @@ fn finish(
         .into_iter()
         .map(|p| match p {
             Intent::Failed(e) => Err(e),
-            Intent::Done(d) => {
-                let commit = commit.clone().filter(|_| d.contributes);
-                Ok(WriteResult {
-                    pushed: pushed.filter(|_| commit.is_some()),
-                    held: d.held,
-                    current_after: if commit.is_some() {
-                        d.after
-                    } else {
-                        d.before.clone()
-                    },
-                    commit,
-                    current_before: d.before,
-                    file: d.file,
-                    desired: d.desired,
-                    changed_needed: d.changed_needed,
-                    head: head.clone(),
-                    attempts,
-                })
-            }
+            Intent::Done(d) => Ok(d.result(commit.as_deref(), &head, attempts, pushed)),
         })
         .collect()
 }
@@ -236,20 +218,39 @@ fn fail_contributors(
         .map(|p| match p {
             Intent::Failed(e) => Err(e),
             Intent::Done(d) if d.contributes => Err(WriteError::Git(error.duplicate())),
-            Intent::Done(d) => Ok(WriteResult {
-                pushed: None,
-                current_after: d.before.clone(),
-                current_before: d.before,
-                file: d.file,
-                desired: d.desired,
-                changed_needed: d.changed_needed,
-                commit: None,
-                head: head.clone(),
-                attempts,
-                held: d.held,
-            }),
+            Intent::Done(d) => Ok(d.result(None, &head, attempts, None)),
         })
         .collect()
+}
+
+impl Done {
+    /// This intent's result: `commit` holds its edit when it contributed one (and was
+    /// pushed at `pushed`); otherwise Git still holds what it read.
+    fn result(
+        self,
+        commit: Option<&str>,
+        head: &str,
+        attempts: u32,
+        pushed: Option<(std::time::Instant, std::time::Instant)>,
+    ) -> WriteResult {
+        let commit = commit.filter(|_| self.contributes).map(str::to_owned);
+        WriteResult {
+            pushed: pushed.filter(|_| commit.is_some()),
+            held: self.held,
+            current_after: if commit.is_some() {
+                self.after
+            } else {
+                self.before.clone()
+            },
+            commit,
+            current_before: self.before,
+            file: self.file,
+            desired: self.desired,
+            changed_needed: self.changed_needed,
+            head: head.to_owned(),
+            attempts,
+        }
+    }
 }
 
 /// Contents of the files changed so far in this attempt, by repository path.
