@@ -62,6 +62,21 @@ pub enum ReconcileError {
     Internal(String),
 }
 
+impl ReconcileError {
+    /// A tag a watch asks for (`tag` of `image`) does not exist: its pin (`pin`), or a
+    /// tag the listing holds without a manifest. A tag is never written on a listing's word
+    /// alone.
+    pub fn tag_not_found(pin: Option<&str>, image: &str, tag: &str) -> Self {
+        if pin == Some(tag) {
+            Self::PinnedTagNotFound(format!("spec.pin {tag:?} does not exist in {image}"))
+        } else {
+            Self::NoMatchingTags(format!(
+                "tag {tag} of {image} is listed but its manifest does not exist"
+            ))
+        }
+    }
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {

@@ -10,6 +10,7 @@
 //! these decisions pure; `tests/purity.rs` fails when such a dependency appears.
 
 pub mod argocd;
+pub mod choice;
 pub mod considered;
 pub mod duration;
 pub mod edit;
@@ -31,4 +32,5 @@ pub mod signature;
 pub mod stages;
 pub mod status;
 pub mod values;
+pub mod watch_target;
 pub mod windows;

@@ -270,6 +270,17 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a signature check of `kind` (`ImageWatch`, `PromotionPolicy`) in
+    /// `imagewatch_signature_checks_total`.
+    pub fn count_signature_check(&self, kind: &str, outcome: &str) {
+        self.signature_checks
+            .get_or_create(&SignatureLabels {
+                kind: kind.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
     /// Creates and registers every metric.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("imagewatch");

@@ -388,6 +388,19 @@ impl GitWriter {
         answer.await.map_err(|_| WriteError::Stopped)?
     }
 
+    /// What `request`'s own branch holds of its edit, without writing anything: the
+    /// target's current image, and whether the branch still lacks the edit
+    /// (`changed_needed`). A pull request reads its base this way, after its head branch
+    /// was written; it is answered on the same clone, in order with the intents before it.
+    pub async fn read_base(&self, request: &WriteRequest) -> Result<WriteResult, WriteError> {
+        self.apply(WriteRequest {
+            push_branch: None,
+            dry_run: true,
+            ..request.clone()
+        })
+        .await
+    }
+
     /// Queues a planned commit (a promotion's) in the task of its (repository, branch) and
     /// waits for it: fetched, planned, committed (signed like every commit) and pushed, and
     /// planned again on the new head when the push is rejected. It runs after the intents

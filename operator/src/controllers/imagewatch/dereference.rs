@@ -1,34 +1,41 @@
-//! The dereference step: what a watch points at, read from the cluster. The registry
-//! credentials of its image (its Secret, or the operator's AWS identity for ECR), the Git
-//! repository, branch and credentials it writes (`spec.git`, or the Argo CD Application
-//! managing it), the place in Git its target names, and the cosign keys of `spec.verify`.
-//! Reads the spec, Secrets and Argo CD Applications; hands on [`Rules`] to the scan, a
-//! [`GitLocation`] to the write and [`VerifyKeys`] to the choice.
+//! The dereference step: everything a watch points at, read once from the cluster and the
+//! registry's catalog. First the allow-list asks (may the watch's namespace read its image
+//! and write its Git target, before anything it names is read); then the Git repository,
+//! branch and credentials it writes (`spec.git`, or the Argo CD Application managing it),
+//! its registry credentials (its Secret, or the operator's AWS identity for ECR), the cosign
+//! keys of `spec.verify`, and what else it follows: a group's other members (each with its
+//! own rules, credentials and Git location), or the repositories of a pattern image.
+//! Reads Secrets, Argo CD Applications, the watch cache and the repository catalog; hands
+//! on one [`Dereferenced`] to the scan.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use imagewatch_crd::ImageWatch;
 use imagewatch_engine::platforms::Platform;
+use imagewatch_engine::watch_target::{target_path, written_path};
 use imagewatch_engine::windows::Pause;
-use kube::ResourceExt;
+use kube::{ResourceExt, core::DeserializeGuard};
 
+use super::members::PatternImage;
 use super::pull_request;
-use super::validate::ValidatedRules;
+use super::validate::{ValidatedRules, validate_single};
 use crate::cluster::allowance::Allowance;
 use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
 use crate::controllers::credentials::credential_choice;
 use crate::controllers::{Announcer, Context, SecretReader};
-use crate::manifests::{TargetSpec, WorkloadTarget};
 use crate::policy::{self, TagPolicy};
-use crate::registry::{Credentials, is_ecr_host};
-use crate::scan::index::CredentialKey;
+use crate::registry::ecr::EcrTagSource;
+use crate::registry::{Credentials, RegistryClient, RegistryError, RepositoryRef, is_ecr_host};
+use crate::scan::index::{CatalogKey, CredentialKey, RepositoryIndex};
 use crate::telemetry::Metrics;
 
 /// What the dereference step reads: Secrets, the allow-list (asked before a Git Secret is
 /// read), Argo CD Applications (with the client, in Argo CD's namespace, through the cache
-/// of resolved sources), and the watch cache, to announce a credential's repositories to the
-/// registry client.
+/// of resolved sources), the watch cache (a group's members, and to announce a credential's
+/// repositories to the registry client), the admin freezes, and the registry's catalog
+/// through the shared index.
 #[derive(Clone, Copy)]
 pub(super) struct DereferenceContext<'a> {
     pub(super) secrets: SecretReader<'a>,
@@ -39,6 +46,10 @@ pub(super) struct DereferenceContext<'a> {
     pub(super) announcer: Announcer<'a>,
     /// Admin freezes (the operator's freeze ConfigMap).
     pub(super) freezes: &'a crate::cluster::freeze::Freezes,
+    pub(super) store: &'a kube::runtime::reflector::Store<DeserializeGuard<ImageWatch>>,
+    pub(super) registry: &'a RegistryClient,
+    pub(super) ecr: &'a EcrTagSource,
+    pub(super) index: &'a RepositoryIndex,
 }
 
 impl<'a> DereferenceContext<'a> {
@@ -52,7 +63,225 @@ impl<'a> DereferenceContext<'a> {
             argocd_sources: &ctx.argocd_sources,
             announcer: ctx.announcer(),
             freezes: &ctx.freezes,
+            store: &ctx.store,
+            registry: &ctx.registry,
+            ecr: &ctx.ecr,
+            index: &ctx.index,
         }
+    }
+}
+
+/// Everything a watch points at (step 2), for the scan: where it writes, its rules and
+/// registry credentials, and what it follows ([`Single`] or [`Pattern`]).
+pub(super) struct Dereferenced<F> {
+    pub(super) git: GitLocation,
+    pub(super) rules: Arc<Rules>,
+    pub(super) followed: F,
+}
+
+/// A watch of one repository, dereferenced. Its verify keys and its group are reported
+/// after its own tags were listed (the status shows the tags a watch considered whatever
+/// stopped it), so they are kept with their error.
+pub(super) struct Single {
+    pub(super) repo: RepositoryRef,
+    pub(super) verify: Result<Option<VerifyKeys>, ReconcileError>,
+    pub(super) group: Option<Group>,
+}
+
+/// A pattern watch, dereferenced: the repositories of its registry it matches.
+pub(super) struct Pattern {
+    pub(super) pattern: PatternImage,
+    pub(super) verify: Option<VerifyKeys>,
+    /// How many repositories the registry listed.
+    pub(super) listed: usize,
+    /// The matching ones, with what their `*`s matched.
+    pub(super) members: Vec<(String, Vec<String>)>,
+}
+
+/// A watch's group (`spec.group`): its other members, or why one is not usable.
+pub(super) struct Group {
+    pub(super) name: String,
+    pub(super) members: Result<Vec<GroupMember>, ReconcileError>,
+}
+
+/// Another member of a watch's group, dereferenced. Its Git location is reported when a
+/// tag is written for it.
+pub(super) struct GroupMember {
+    pub(super) watch: ImageWatch,
+    pub(super) rules: Arc<Rules>,
+    pub(super) repo: RepositoryRef,
+    pub(super) git: Result<GitLocation, ReconcileError>,
+}
+
+/// Step 2 for a watch of one repository: the allow-list asks, the Git location, the
+/// registry credentials, the verify keys and the group's other members.
+pub(super) async fn dereference_single(
+    watch: &ImageWatch,
+    rules: ValidatedRules,
+    repo: RepositoryRef,
+    ctx: &DereferenceContext<'_>,
+) -> Result<Dereferenced<Single>, ReconcileError> {
+    let (git, rules) = git_and_rules(watch, &repo.registry, rules, ctx).await?;
+    let verify = verify_keys(watch, &rules, ctx).await;
+    let group = match watch.spec.group.as_deref().filter(|g| !g.is_empty()) {
+        Some(name) => Some(Group {
+            name: name.to_owned(),
+            members: group_members(watch, name, &rules.namespace, ctx).await,
+        }),
+        None => None,
+    };
+    Ok(Dereferenced {
+        git,
+        rules,
+        followed: Single {
+            repo,
+            verify,
+            group,
+        },
+    })
+}
+
+/// Step 2 for a pattern watch: the allow-list asks, the Git location, the registry
+/// credentials, the verify keys (every member's tag is verified in its own repository, with
+/// one key set) and the registry's repositories the pattern matches.
+pub(super) async fn dereference_pattern(
+    watch: &ImageWatch,
+    rules: ValidatedRules,
+    pattern: PatternImage,
+    ctx: &DereferenceContext<'_>,
+) -> Result<Dereferenced<Pattern>, ReconcileError> {
+    let (git, rules) = git_and_rules(watch, &pattern.registry, rules, ctx).await?;
+    let verify = verify_keys(watch, &rules, ctx).await?;
+    let (listed, members) = pattern_members(&pattern, &rules, ctx).await?;
+    tracing::debug!(watch = %watch.name_any(), listed, members = members.len(), "pattern members");
+    Ok(Dereferenced {
+        git,
+        rules,
+        followed: Pattern {
+            pattern,
+            verify,
+            listed,
+            members,
+        },
+    })
+}
+
+/// The allow-list asks, then where the watch writes (a missing or wrong Git location is
+/// reported before any registry verdict), then its rules with its registry credentials.
+async fn git_and_rules(
+    watch: &ImageWatch,
+    registry: &str,
+    rules: ValidatedRules,
+    ctx: &DereferenceContext<'_>,
+) -> Result<(GitLocation, Arc<Rules>), ReconcileError> {
+    check_registry_allowed(watch, ctx.allow).await?;
+    let git = resolve_git(watch, ctx).await?;
+    let rules = read_rules(watch, ctx, registry, rules).await?;
+    Ok((git, Arc::new(rules)))
+}
+
+/// The other members of `group` in the watch's namespace, by name, each dereferenced; the
+/// first that is not usable stops the group.
+async fn group_members(
+    watch: &ImageWatch,
+    group: &str,
+    namespace: &str,
+    ctx: &DereferenceContext<'_>,
+) -> Result<Vec<GroupMember>, ReconcileError> {
+    let peers: Vec<Arc<DeserializeGuard<ImageWatch>>> = ctx.store.state();
+    let mut others: Vec<&ImageWatch> = peers
+        .iter()
+        .filter_map(|g| g.0.as_ref().ok())
+        .filter(|w| {
+            w.namespace().as_deref() == Some(namespace)
+                && w.spec.group.as_deref() == Some(group)
+                && w.name_any() != watch.name_any()
+                && w.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    others.sort_by_key(|w| w.name_any());
+    let mut members = Vec::with_capacity(others.len());
+    for other in others {
+        let member = async {
+            let (validated, repo) = validate_single(other)?;
+            let rules = read_rules(other, ctx, &repo.registry, validated).await?;
+            Ok::<_, ReconcileError>((Arc::new(rules), repo))
+        };
+        match member.await {
+            Ok((rules, repo)) => members.push(GroupMember {
+                git: resolve_git(other, ctx).await,
+                watch: other.clone(),
+                rules,
+                repo,
+            }),
+            Err(e) => {
+                return Err(ReconcileError::WaitingForGroup(format!(
+                    "group {group}: member {} is not usable: {e}",
+                    other.name_any()
+                )));
+            }
+        }
+    }
+    Ok(members)
+}
+
+/// The registry's repositories matching a pattern (the listing is shared through the
+/// index): how many were listed, and the matching ones with their captures.
+async fn pattern_members(
+    pattern: &PatternImage,
+    rules: &Rules,
+    ctx: &DereferenceContext<'_>,
+) -> Result<(usize, Vec<(String, Vec<String>)>), ReconcileError> {
+    let catalog_key = CatalogKey {
+        registry: pattern.registry.clone(),
+        credentials: rules.credential_key.clone(),
+    };
+    let catalog = ctx
+        .index
+        .repositories(&catalog_key, rules.interval, || async {
+            if rules.use_ecr {
+                ctx.ecr.list_repositories(&pattern.registry, "").await
+            } else {
+                ctx.registry
+                    .list_repositories(&pattern.registry, &rules.creds)
+                    .await
+            }
+        })
+        .await
+        .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
+    let matched = catalog
+        .repositories
+        .iter()
+        .filter_map(|name| {
+            crate::registry::ecr::match_pattern(&pattern.pattern, name)
+                .map(|captures| (name.clone(), captures))
+        })
+        .collect();
+    Ok((catalog.repositories.len(), matched))
+}
+
+/// A failed repository listing: "this registry does not list repositories to us" is a
+/// condition of its own; anything else is a registry error, retried.
+fn catalog_error(error: RegistryError, pattern: &PatternImage, ecr: bool) -> ReconcileError {
+    let unlisted = matches!(
+        &error,
+        RegistryError::NotFound { .. }
+            | RegistryError::Unauthorized { .. }
+            | RegistryError::Server {
+                status: 405 | 501,
+                ..
+            }
+    );
+    match (unlisted, ecr) {
+        (true, true) => ReconcileError::CatalogUnavailable(format!(
+            "cannot list the repositories of {} for pattern {} (ecr:DescribeRepositories: {error}); allow ecr:DescribeRepositories to the operator's AWS identity",
+            pattern.registry, pattern.pattern
+        )),
+        (true, false) => ReconcileError::CatalogUnavailable(format!(
+            "registry {} does not list its repositories to these credentials (GET /v2/_catalog: {error}); a pattern image needs a registry that serves the catalog, or ECR",
+            pattern.registry
+        )),
+        (false, _) => ReconcileError::Registry(error),
     }
 }
 
@@ -73,8 +302,9 @@ pub(super) struct Rules {
     pub(super) pause: Option<Pause>,
 }
 
-/// Steps 1–2 for a watch of `registry`: the validated rules and the registry credentials.
-pub(super) async fn rules(
+/// The validated rules of a watch of `registry` and its registry credentials, and whether
+/// it is paused.
+async fn read_rules(
     watch: &ImageWatch,
     ctx: &DereferenceContext<'_>,
     registry: &str,
@@ -141,60 +371,86 @@ pub(super) struct GitLocation {
 }
 
 /// `spec.git`, or the Argo CD Application managing the watch.
-pub(super) async fn resolve_git(
+async fn resolve_git(
     watch: &ImageWatch,
     ctx: &DereferenceContext<'_>,
 ) -> Result<GitLocation, ReconcileError> {
     let namespace = watch.namespace().unwrap_or_default();
-    if let Some(git) = &watch.spec.git {
-        crate::git::check_tenant_url(&git.url)
-            .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
-        check_git_allowed(watch, ctx.allow, &git.url, "").await?;
-        let auth = match &git.secret_ref {
-            Some(secret) => {
-                secrets::git_credentials(&ctx.secrets, &namespace, &secret.name).await?
-            }
-            None => crate::git::GitAuth::Anonymous,
-        };
-        return Ok(GitLocation {
-            url: git.url.clone(),
-            branch: git.branch().to_string(),
-            auth,
-            base_path: String::new(),
-            // With a pull request and no push branch: the watch's own branch.
-            // A group's members share one (so one commit and one pull request per group).
-            push_branch: git.push_branch.clone().or_else(|| {
-                git.pull_request.as_ref().map(|_| {
-                    match watch.spec.group.as_deref().filter(|g| !g.is_empty()) {
-                        Some(group) => pull_request::group_push_branch("{namespace}", group),
-                        None => pull_request::default_push_branch("{namespace}", "{name}"),
-                    }
-                })
-            }),
-        });
-    }
-    let (source, secret) = crate::cluster::argocd::resolve_cached(
-        ctx.argocd_sources,
-        ctx.client,
-        ctx.argocd_namespace,
-        &namespace,
-        watch.annotations(),
-        watch.labels(),
-        target_path(&watch.spec.target),
-    )
-    .await?;
-    check_git_allowed(watch, ctx.allow, &source.repo_url, &source.path).await?;
+    let target = target_path(&watch.spec.target);
+    // Where: from spec.git, or from the managing Application (with its repository Secret).
+    let (location, secret) = match &watch.spec.git {
+        Some(git) => {
+            crate::git::check_tenant_url(&git.url)
+                .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
+            let location = GitLocation {
+                url: git.url.clone(),
+                branch: git.branch().to_string(),
+                auth: crate::git::GitAuth::Anonymous,
+                base_path: String::new(),
+                // With a pull request and no push branch: the watch's own branch.
+                // A group's members share one (so one commit and one pull request per group).
+                push_branch: git.push_branch.clone().or_else(|| {
+                    git.pull_request.as_ref().map(|_| {
+                        match watch.spec.group.as_deref().filter(|g| !g.is_empty()) {
+                            Some(group) => pull_request::group_push_branch("{namespace}", group),
+                            None => pull_request::default_push_branch("{namespace}", "{name}"),
+                        }
+                    })
+                }),
+            };
+            (location, git.secret_ref.as_ref().map(|s| s.name.clone()))
+        }
+        None => {
+            let (source, secret) = crate::cluster::argocd::resolve_cached(
+                ctx.argocd_sources,
+                ctx.client,
+                ctx.argocd_namespace,
+                &namespace,
+                watch.annotations(),
+                watch.labels(),
+                target,
+            )
+            .await?;
+            let location = GitLocation {
+                url: source.repo_url,
+                branch: source.branch,
+                auth: crate::git::GitAuth::Anonymous,
+                base_path: source.path,
+                push_branch: None,
+            };
+            (location, secret)
+        }
+    };
+    // Whether the namespace may write there: asked before the Git Secret is read.
+    let path = written_path(&watch.spec.target, &location.base_path);
+    let ask = crate::cluster::allow::Ask {
+        namespace: &namespace,
+        git: Some((&location.url, vec![path.as_str()])),
+        images: Vec::new(),
+        aws: false,
+    };
+    let project = crate::cluster::allowance::ProjectOf {
+        argocd_namespace: ctx.allow.argocd_namespace,
+        namespace: &namespace,
+        annotations: watch.annotations(),
+        labels: watch.labels(),
+    };
+    let allow = ctx.allow;
+    allow
+        .allowance
+        .check(
+            allow.client,
+            allow.metrics,
+            "ImageWatch",
+            ask,
+            Some(project),
+        )
+        .await?;
     let auth = match secret {
         Some(name) => secrets::git_credentials(&ctx.secrets, &namespace, &name).await?,
         None => crate::git::GitAuth::Anonymous,
     };
-    Ok(GitLocation {
-        url: source.repo_url,
-        branch: source.branch,
-        auth,
-        base_path: source.path,
-        push_branch: None,
-    })
+    Ok(GitLocation { auth, ..location })
 }
 
 /// The Git repository that decides a watch's shard: `spec.git.url`, else the repository of
@@ -221,73 +477,10 @@ pub(super) async fn shard_key(watch: &ImageWatch, ctx: &DereferenceContext<'_>) 
     }
 }
 
-/// The first path a watch's target names (for a multi-source Application, `$<ref>/…` picks
-/// the source it is a file of).
-pub fn target_path(target: &imagewatch_crd::Target) -> Option<&str> {
-    target
-        .workload
-        .as_ref()
-        .map(|w| w.path.as_str())
-        .or(target.kustomize.as_ref().map(|k| k.path.as_str()))
-        .or(target.helm.as_ref().map(|h| h.file.as_str()))
-        .or(target.argocd_source.as_ref().map(|a| a.path.as_str()))
-}
-
-/// The place in Git a watch's target names, with paths under `base_path` (pure).
-pub fn target_spec(
-    target: &imagewatch_crd::Target,
-    base_path: &str,
-    image: &str,
-) -> Result<TargetSpec, String> {
-    let set = [
-        target.workload.is_some(),
-        target.kustomize.is_some(),
-        target.helm.is_some(),
-        target.argocd_source.is_some(),
-    ];
-    if set.iter().filter(|s| **s).count() != 1 {
-        return Err(
-            "spec.target: exactly one of workload, kustomize, helm, argocdSource must be set"
-                .into(),
-        );
-    }
-    if let Some(w) = &target.workload {
-        return Ok(TargetSpec::Workload {
-            path: join_path(base_path, &w.path),
-            target: WorkloadTarget {
-                kind: w.kind.clone(),
-                name: w.name.clone(),
-                container: w.container.clone(),
-                namespace: w.namespace.clone(),
-            },
-        });
-    }
-    if let Some(k) = &target.kustomize {
-        return Ok(TargetSpec::Kustomize {
-            path: join_path(base_path, &k.path),
-            image: k.image.clone().unwrap_or_else(|| image.to_string()),
-        });
-    }
-    if let Some(h) = &target.helm {
-        return Ok(TargetSpec::Helm {
-            file: join_path(base_path, &h.file),
-            key: h.tag.clone(),
-        });
-    }
-    if let Some(a) = &target.argocd_source {
-        return Ok(TargetSpec::ArgocdSource {
-            path: join_path(base_path, &a.path),
-            application: a.application.clone(),
-            image: a.image.clone().unwrap_or_else(|| image.to_string()),
-        });
-    }
-    Err("spec.target is empty".into())
-}
-
 /// The keys `spec.verify` trusts and the cache key of their verdicts; None without it. The
 /// cache key carries the credentials the registry is read with (the watch's Secret, or the
 /// operator's identity for ECR), so one tenant's verified verdict is not another's.
-pub(super) async fn verify_keys(
+async fn verify_keys(
     watch: &ImageWatch,
     rules: &Rules,
     ctx: &DereferenceContext<'_>,
@@ -361,7 +554,7 @@ impl<'a> AllowList<'a> {
 /// Step 2 (dereference), first of all, tenancy: the allow-list must let the watch's namespace read its image
 /// (for a pattern, everything its literal prefix covers) and use the operator's AWS identity
 /// when it does. Checked before anything is read.
-pub(super) async fn check_registry_allowed(
+async fn check_registry_allowed(
     watch: &ImageWatch,
     allow: AllowList<'_>,
 ) -> Result<(), ReconcileError> {
@@ -380,74 +573,4 @@ pub(super) async fn check_registry_allowed(
         .allowance
         .check(allow.client, allow.metrics, "ImageWatch", ask, None)
         .await
-}
-
-/// The path a target writes, under `base` (pure); a pattern's `$n` and what follows are cut.
-fn written_path(target: &imagewatch_crd::Target, base: &str) -> String {
-    let path = [
-        target.workload.as_ref().map(|w| w.path.as_str()),
-        target.kustomize.as_ref().map(|k| k.path.as_str()),
-        target.helm.as_ref().map(|h| h.file.as_str()),
-        target.argocd_source.as_ref().map(|a| a.path.as_str()),
-    ]
-    .into_iter()
-    .flatten()
-    .next()
-    .unwrap_or_default();
-    let literal = path.split('$').next().unwrap_or_default();
-    join_path(base, literal)
-}
-
-/// Step 2 (dereference), first of all, tenancy: the allow-list (or the managing Application's AppProject)
-/// must let the watch's namespace write `url` at its target's path. Checked before the git
-/// Secret is read and before Git is.
-pub(super) async fn check_git_allowed(
-    watch: &ImageWatch,
-    allow: AllowList<'_>,
-    url: &str,
-    base_path: &str,
-) -> Result<(), ReconcileError> {
-    let namespace = watch.namespace().unwrap_or_default();
-    let path = written_path(&watch.spec.target, base_path);
-    let ask = crate::cluster::allow::Ask {
-        namespace: &namespace,
-        git: Some((url, vec![path.as_str()])),
-        images: Vec::new(),
-        aws: false,
-    };
-    let project = crate::cluster::allowance::ProjectOf {
-        argocd_namespace: allow.argocd_namespace,
-        namespace: &namespace,
-        annotations: watch.annotations(),
-        labels: watch.labels(),
-    };
-    allow
-        .allowance
-        .check(
-            allow.client,
-            allow.metrics,
-            "ImageWatch",
-            ask,
-            Some(project),
-        )
-        .await
-}
-
-/// `base/path`, without leading or trailing slashes.
-pub(super) fn join_path(base: &str, path: &str) -> String {
-    // `$<ref>/file`: a file of a multi-source Application's `ref` source, from its root.
-    if let Some(rest) = path.strip_prefix('$') {
-        return rest
-            .split_once('/')
-            .map_or("", |(_, file)| file)
-            .trim_matches('/')
-            .to_string();
-    }
-    let base = base.trim_matches('/');
-    let path = path.trim_matches('/');
-    match (base.is_empty(), path.is_empty()) {
-        (true, _) => path.to_string(),
-        (false, true) => base.to_string(),
-        (false, false) => format!("{base}/{path}"),
-    }
 }

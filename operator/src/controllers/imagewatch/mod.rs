@@ -1,28 +1,30 @@
 //! The ImageWatch pipeline. One reconcile of one `ImageWatch`, top to bottom, one file per
-//! step:
+//! step; each step hands the next one named value and never calls a step before it:
 //!
-//! 1. validate (`validate.rs`, pure): tag rules, interval, platforms, windows;
-//! 2. dereference (`dereference.rs`, I/O): first the allow-list asks — may the watch's
-//!    namespace read its image and write its Git target, before anything it names is read —
-//!    then registry credentials, the Git location (`spec.git` or the managing Argo CD
-//!    Application), the cosign keys of `spec.verify`;
-//! 3. scan (`scan.rs`, step 3a): the repository's tags through the shared index; digests,
-//!    which confirm a tag exists (manifest HEAD); signature verdicts. Then select
-//!    (`select.rs`, step 3b; pure but for those lookups): the tag to run — the rules' choice,
-//!    the pin, the group's tag (`group.rs`) or the newest verified one;
-//! 4. write (`write.rs`): the edit intent to the git writer, which reads the target's current
-//!    image from Git and commits and pushes when it differs; the pull request hand-off
-//!    (`pull_request.rs`);
-//! 5. status (`status.rs`, built by the engine's `status` module): `latest`, `applied`,
+//! 1. validate (`validate.rs`, pure): the image (one repository or a pattern), tag rules,
+//!    interval, platforms and windows → [`validate::Validated`];
+//! 2. dereference (`dereference.rs`, reads the cluster): the allow-list asks first, then the
+//!    Git location (`spec.git` or the managing Argo CD Application), the registry
+//!    credentials, the cosign keys of `spec.verify`, and the group's other members or the
+//!    pattern's repositories → `Dereferenced<Single>` / `Dereferenced<Pattern>`;
+//! 3. scan (`scan.rs`, reads the registry): each repository's tags through the shared
+//!    index; the group's tag confirmed in its members; the digests, platforms and signature
+//!    verdicts choosing a tag needs (the engine's `choice::plan`) → `Scanned<SingleScan>` /
+//!    `Scanned<PatternScan>`;
+//! 4. select (`select.rs`, pure, the engine's `choice::choose`): the tag, the image to write,
+//!    the tags considered and `status.latest` → `Selection`;
+//! 5. write (`write.rs`): one `deliver` hands every write intent to the git writer at once
+//!    (a group's members and a pattern's in one batch), proposes them in pull requests
+//!    (`pull_request.rs`), counts the push stages and follows the commit → `Delivery`;
+//! 6. status (`status.rs`, built by the engine's `status` module): `latest`, `applied`,
 //!    `Ready`, Events and metrics — patched only when changed.
 //!
-//! This file runs them in order ([`reconcile`]) and hands each step what the one before
-//! found, with the step's own context built from the shared [`Context`]: [`AllowList`],
-//! `DereferenceContext`, `ScanContext`, `SelectContext` and `WriteContext` borrow only the
-//! services their step uses. A pattern image (`*` path segments, see `members.rs`) runs steps 2–4 once per
-//! matching repository of the registry, listed through the index, and hands every member's
-//! write intent to the writer at once; step 5 reports each member and an aggregated `Ready`.
-//! A deleted watch first closes its open pull requests (`pull_request::finalize`).
+//! This file runs them in order: [`reconcile_single`] for a watch of one repository,
+//! [`reconcile_pattern`] for a pattern image (`*` path segments, see `members.rs`), whose
+//! members are scanned and selected one by one and written together; a member that fails
+//! is reported on itself. Each step's context borrows only the services it uses
+//! (`DereferenceContext`, `ScanContext`, `WriteContext`). A deleted watch first closes its
+//! open pull requests (`pull_request::finalize`).
 
 // The steps, in the order a reconcile runs them (blank lines keep rustfmt from sorting them).
 mod validate;
@@ -30,6 +32,7 @@ mod validate;
 mod dereference;
 
 mod scan;
+
 mod select;
 
 mod write;
@@ -45,7 +48,6 @@ pub mod pull_request;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt as _;
 use imagewatch_crd::ImageWatch;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -58,26 +60,21 @@ use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
-use crate::scan::index::CatalogKey;
+use crate::registry::RepositoryRef;
 use crate::sources::routing::{PushStages, Stage};
-use crate::writer::WriteRequest;
-use crate::{manifests::TargetSpec, registry::RepositoryRef, telemetry::ReconcileLabels};
-use dereference::{AllowList, check_registry_allowed};
-use dereference::{
-    DereferenceContext, GitLocation, Rules, VerifyKeys, resolve_git, rules, shard_key, verify_keys,
-};
-pub(crate) use dereference::{signature_keys, target_path};
+use crate::{manifests::TargetSpec, telemetry::ReconcileLabels};
+pub(crate) use dereference::signature_keys;
+use dereference::{DereferenceContext, dereference_pattern, dereference_single, shard_key};
 use imagewatch_engine::considered::Considered;
 use members::{MemberResult, PatternImage, PatternOutcome};
-pub(crate) use scan::count_signature_check;
-use scan::{ScanContext, catalog_error, prepare, scan_repository};
-use select::{Choice, SelectContext, choose, group_choice, image_for};
+use scan::{PatternScan, ScanContext, Scanned, SingleScan, scan_pattern, scan_single};
+use select::select;
 use status::{build_status, patch_status_if_changed, publish_events};
-use validate::validate_rules;
-use write::{WriteContext, pattern_pull_requests, write_and_propose, write_request};
-
-/// Members of a pattern watch scanned at the same time.
-const MEMBER_CONCURRENCY: usize = 8;
+use validate::{Followed, Validated, ValidatedRules, validate};
+use write::{
+    Intent, Intents, Proposal, Shape, WriteContext, Written, deliver, pull_request_settings,
+    write_request,
+};
 
 /// What a successful reconcile of a watch of one repository found and did.
 pub use imagewatch_engine::status::Outcome;
@@ -228,7 +225,7 @@ async fn reconcile_holding_slot(
     }))
 }
 
-/// Steps 1–4, for one repository or for every member of a pattern. A watch of one
+/// Steps 1–5, for one repository or for every member of a pattern. A watch of one
 /// repository leaves in `considered` the tags it looked at, once it has them (its status
 /// reports them whether or not a tag could be written).
 async fn reconcile_watch(
@@ -236,442 +233,190 @@ async fn reconcile_watch(
     ctx: &Context,
     considered: &mut Option<Considered>,
 ) -> Result<Reconciled, ReconcileError> {
-    check_registry_allowed(watch, AllowList::of(ctx)).await?;
-    match members::parse_pattern_image(&watch.spec.image) {
-        Ok(None) => reconcile_single(watch, ctx, considered)
+    let Validated { rules, followed } = validate(watch)?;
+    match followed {
+        Followed::Single(repo) => reconcile_single(watch, rules, repo, ctx, considered)
             .await
             .map(Reconciled::Single),
-        Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
+        Followed::Pattern(pattern) => reconcile_pattern(watch, rules, pattern, ctx)
             .await
             .map(Reconciled::Pattern),
-        Err(message) => Err(ReconcileError::InvalidSpec(message)),
     }
 }
 
-/// Steps 1–4 for a pattern watch: list the registry's repositories (shared through the
+/// Steps 2–5 for a watch of one repository.
+async fn reconcile_single(
+    watch: &ImageWatch,
+    rules: ValidatedRules,
+    repo: RepositoryRef,
+    ctx: &Context,
+    considered: &mut Option<Considered>,
+) -> Result<Outcome, ReconcileError> {
+    let found = dereference_single(watch, rules, repo, &DereferenceContext::of(ctx)).await?;
+    let Scanned {
+        git,
+        rules,
+        followed: SingleScan { own, lookups },
+    } = scan_single(watch, found, &ScanContext::of(ctx)).await?;
+    // What the rules alone leave out, until a tag is chosen.
+    *considered = Some(select::considered(watch, &rules, &own, None));
+    let lookups = lookups?;
+    let selection = select(watch, &rules, &own, &lookups)?;
+    *considered = Some(select::considered(watch, &rules, &own, Some(&selection)));
+    ctx.pending
+        .stage(&own.repo.registry, &own.repo.path, Stage::Selected);
+
+    // A group writes every member at once, so the batching writer makes one commit.
+    let mut others = Vec::new();
+    let members = lookups.group.map(|g| g.members).unwrap_or_default();
+    for ((member, scan, _), image) in members.into_iter().zip(&selection.others) {
+        let git = member.git?;
+        others.push(write_request(
+            &member.watch,
+            &member.rules,
+            &scan,
+            &git,
+            image.clone(),
+        )?);
+    }
+    let intent = Intent {
+        request: write_request(watch, &rules, &own, &git, selection.image.clone())?,
+        registry: own.repo.registry.clone(),
+        repository: own.repo.path.clone(),
+    };
+    let pull_request = pull_request_settings(watch, &rules.pause).map(|settings| Proposal {
+        settings,
+        forge_url: git.url.clone(),
+        shape: Shape::Watch {
+            image: own.image.clone(),
+            tag: selection.tag.clone(),
+        },
+    });
+    let intents = Intents {
+        own: vec![intent],
+        others,
+        pull_request,
+    };
+    let delivery = deliver(watch, intents, &WriteContext::of(ctx)).await?;
+    let Some(Written { result, stages, .. }) = delivery.writes.into_iter().next() else {
+        return Err(ReconcileError::Internal("no write result".into()));
+    };
+    Ok(Outcome {
+        latest: selection.latest,
+        write: Some(result?),
+        paused: rules.pause.clone(),
+        waiting: selection.waiting,
+        refused: selection.refused.into_iter().next().map(Box::new),
+        pull_request: delivery.pull_request,
+        stages,
+    })
+}
+
+/// Steps 2–5 for a pattern watch: list the registry's repositories (shared through the
 /// index), then for each matching one scan, select and confirm a tag with the watch's rules
 /// and make its write intent for the expanded target. Every intent goes to the writer at
 /// once, so one commit per repository and branch carries them. A member that fails (no tag,
 /// no target in Git, a registry error) is reported on itself; the others proceed.
 async fn reconcile_pattern(
     watch: &ImageWatch,
-    pattern: &PatternImage,
+    rules: ValidatedRules,
+    pattern: PatternImage,
     ctx: &Context,
 ) -> Result<PatternOutcome, ReconcileError> {
-    let spec = &watch.spec;
-    if spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.group cannot be used with a pattern image ({}): a pattern already writes all its repositories together",
-            spec.image
-        )));
-    }
-    members::check_references(&spec.target, &spec.image, pattern.wildcards())
-        .map_err(ReconcileError::InvalidSpec)?;
-    let (dereference, scan, write_step) = (
-        DereferenceContext::of(ctx),
-        ScanContext::of(ctx),
-        WriteContext::of(ctx),
-    );
-    let git = resolve_git(watch, &dereference).await?;
-    let validated = validate_rules(watch)?;
-    let rules = Arc::new(rules(watch, &dereference, &pattern.registry, validated).await?);
-    // With spec.verify: every member's tag is verified in its own repository, with one key set.
-    let verify = verify_keys(watch, &rules, &dereference).await?;
-
-    // Members: the registry's repositories matching the pattern.
-    let catalog_key = CatalogKey {
-        registry: pattern.registry.clone(),
-        credentials: rules.credential_key.clone(),
-    };
-    let catalog = scan
-        .index
-        .repositories(&catalog_key, rules.interval, || async {
-            if rules.use_ecr {
-                scan.ecr.list_repositories(&pattern.registry, "").await
-            } else {
-                scan.registry
-                    .list_repositories(&pattern.registry, &rules.creds)
-                    .await
-            }
-        })
-        .await
-        .map_err(|e| catalog_error(e, pattern, rules.use_ecr))?;
-    let matched: Vec<(String, Vec<String>)> = catalog
-        .repositories
-        .iter()
-        .filter_map(|name| {
-            crate::registry::ecr::match_pattern(&pattern.pattern, name)
-                .map(|captures| (name.clone(), captures))
-        })
-        .collect();
-    tracing::debug!(watch = %watch.name_any(), listed = catalog.repositories.len(), members = matched.len(), "pattern members");
-
-    // Scan, select and confirm per member (bounded concurrency, order kept).
-    let planned: Vec<(MemberResult, Option<WriteRequest>)> =
-        futures::stream::iter(matched.into_iter().map(|(repository, captures)| {
-            plan_member(
-                watch,
-                (&dereference, &scan),
-                (&rules, verify.as_ref()),
+    let found = dereference_pattern(watch, rules, pattern, &DereferenceContext::of(ctx)).await?;
+    let Scanned {
+        git,
+        rules,
+        followed:
+            PatternScan {
                 pattern,
-                &git,
-                repository,
-                captures,
-            )
-        }))
-        .buffered(MEMBER_CONCURRENCY)
-        .collect()
-        .await;
+                listed,
+                members,
+            },
+    } = scan_pattern(watch, found, &ScanContext::of(ctx)).await;
 
-    // Two members must never write one place (the second would undo the first).
-    let names: Vec<String> = planned
-        .iter()
-        .map(|(result, _)| result.repository.clone())
-        .collect();
-    let keys: Vec<Option<TargetSpec>> = planned
-        .iter()
-        .map(|(_, request)| request.as_ref().map(|r| r.target.clone()))
-        .collect();
-    let shared = members::shared_targets(&keys);
-    let mut results = Vec::with_capacity(planned.len());
-    let mut requests = Vec::new();
-    for (i, (mut result, request)) in planned.into_iter().enumerate() {
-        match (request, shared[i]) {
-            (Some(_), Some(other)) => {
-                result.outcome = Err(ReconcileError::InvalidSpec(format!(
-                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
-                    names[other],
-                    pattern.wildcards()
-                )));
+    // Select per member, and its write intent.
+    let mut results = Vec::with_capacity(members.len());
+    let mut requests: Vec<Option<crate::writer::WriteRequest>> = Vec::with_capacity(members.len());
+    for member in members {
+        let mut result = MemberResult {
+            repository: member.repository,
+            captures: member.captures,
+            latest: None,
+            pull_request: None,
+            refused: None,
+            stages: None,
+            outcome: Err(ReconcileError::Internal("not reconciled".into())),
+        };
+        let request = member.scanned.and_then(|(me, lookups)| {
+            let selection = select(watch, &rules, &me, &lookups)?;
+            result.latest = Some(selection.tag.clone());
+            result.refused = selection.refused.into_iter().next();
+            write_request(watch, &rules, &me, &git, selection.image)
+        });
+        match request {
+            Ok(request) => requests.push(Some(request)),
+            Err(e) => {
+                result.outcome = Err(e);
+                requests.push(None);
             }
-            (Some(request), None) => requests.push((i, request)),
-            (None, _) => {}
         }
         results.push(result);
     }
 
-    // Write every intent at once: the batching writer makes one commit per repository and
-    // branch.
-    let (indices, mut requests): (Vec<usize>, Vec<WriteRequest>) = requests.into_iter().unzip();
-    let pr_settings = spec
-        .git
-        .as_ref()
-        .and_then(|g| g.pull_request.clone())
-        .filter(|_| rules.pause.is_none());
-    let per_member = pr_settings
-        .as_ref()
-        .is_some_and(|p| p.per_member.unwrap_or(true));
-    if pr_settings.is_some() {
-        for (k, request) in requests.iter_mut().enumerate() {
-            let Some(branch) = request
-                .push_branch
-                .clone()
-                .filter(|b| !b.is_empty() && *b != request.branch)
-            else {
-                return Err(ReconcileError::InvalidSpec(
-                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
-                        .into(),
-                ));
-            };
-            if per_member {
-                request.push_branch = Some(pull_request::member_push_branch(
-                    &branch,
-                    &results[indices[k]].repository,
-                ));
+    // Two members must never write one place (the second would undo the first).
+    let keys: Vec<Option<TargetSpec>> = requests
+        .iter()
+        .map(|request| request.as_ref().map(|r| r.target.clone()))
+        .collect();
+    let shared = members::shared_targets(&keys);
+    let mut own = Vec::new();
+    let mut indices = Vec::new();
+    for (i, request) in requests.into_iter().enumerate() {
+        match (request, shared[i]) {
+            (Some(_), Some(other)) => {
+                results[i].outcome = Err(ReconcileError::InvalidSpec(format!(
+                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
+                    results[other].repository,
+                    pattern.wildcards()
+                )));
             }
+            (Some(request), None) => {
+                indices.push(i);
+                own.push(Intent {
+                    request,
+                    registry: pattern.registry.clone(),
+                    repository: results[i].repository.clone(),
+                });
+            }
+            (None, _) => {}
         }
     }
-    let on_base: Vec<WriteRequest> = requests
-        .iter()
-        .map(|r| WriteRequest {
-            push_branch: None,
-            dry_run: true,
-            ..r.clone()
-        })
-        .collect();
-    let heads: Vec<Option<String>> = requests.iter().map(|r| r.push_branch.clone()).collect();
-    // Where a direct commit lands (pull requests are followed once merged, not here).
-    let locations: Vec<(String, String, crate::git::GitAuth)> = requests
-        .iter()
-        .filter(|r| r.push_branch.is_none())
-        .map(|r| (r.url.clone(), r.branch.clone(), r.auth.clone()))
-        .collect();
-    let writes = write_step
-        .slots
-        .without_work_slot(futures::future::join_all(
-            requests.into_iter().map(|r| write_step.writer.apply(r)),
-        ))
-        .await;
-    // The first commit made, with every member file it holds, is followed to Argo CD.
-    let mut followed: Option<(String, Vec<String>, Option<std::time::Instant>)> = None;
-    for (&i, write) in indices.iter().zip(writes) {
-        if let Ok(w) = &write
-            && let Some(commit) = &w.commit
-        {
-            // Per-stage times are counted for watches of one repository only: a pattern's
-            // members are listed and chosen together.
-            let stages = push_stages(ctx, &pattern.registry, &results[i].repository, w);
-            results[i].stages = stages;
-            let pushed = stages.map(|s| s.received);
-            match &mut followed {
-                None => followed = Some((commit.clone(), vec![w.file.clone()], pushed)),
-                Some((first, files, at)) if first == commit => {
-                    files.push(w.file.clone());
-                    *at = match (*at, pushed) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                }
-                Some(_) => {}
-            }
-        }
-        results[i].outcome = write.map_err(ReconcileError::from);
-    }
-    if let (Some((commit, files, pushed)), Some(first)) = (followed, locations.first()) {
-        follow_commit(watch, ctx, first.clone(), &commit, files, pushed);
-    }
-    let mut pull_request = None;
-    if let Some(settings) = pr_settings {
-        pull_request = pattern_pull_requests(
-            watch,
-            &settings,
-            &git.url,
-            per_member,
-            &mut results,
-            &indices,
-            on_base,
-            &heads,
-            &write_step,
-        )
-        .await?;
+    let pull_request = pull_request_settings(watch, &rules.pause).map(|settings| Proposal {
+        shape: Shape::Pattern {
+            per_member: settings.per_member.unwrap_or(true),
+        },
+        settings,
+        forge_url: git.url.clone(),
+    });
+    let intents = Intents {
+        own,
+        others: Vec::new(),
+        pull_request,
+    };
+    let delivery = deliver(watch, intents, &WriteContext::of(ctx)).await?;
+    for (i, written) in indices.into_iter().zip(delivery.writes) {
+        results[i].outcome = written.result;
+        results[i].stages = written.stages;
+        results[i].pull_request = written.pull_request;
     }
     Ok(PatternOutcome {
-        image: spec.image.clone(),
-        listed: catalog.repositories.len(),
+        image: watch.spec.image.clone(),
+        listed,
         members: results,
         paused: rules.pause.clone(),
-        pull_request,
+        pull_request: delivery.pull_request,
     })
-}
-
-/// Steps 2–3 for one member: scan, select (with `spec.verify`, the newest tag verified in
-/// this member's repository), confirm; then its write intent. Failures are the member's,
-/// not the watch's.
-async fn plan_member(
-    watch: &ImageWatch,
-    (dereference, scan): (&DereferenceContext<'_>, &ScanContext<'_>),
-    (rules, verify): (&Arc<Rules>, Option<&VerifyKeys>),
-    pattern: &PatternImage,
-    git: &GitLocation,
-    repository: String,
-    captures: Vec<String>,
-) -> (MemberResult, Option<WriteRequest>) {
-    let mut result = MemberResult {
-        repository: repository.clone(),
-        captures: captures.clone(),
-        latest: None,
-        pull_request: None,
-        refused: None,
-        stages: None,
-        outcome: Err(ReconcileError::Internal("not reconciled".into())),
-    };
-    let repo = RepositoryRef {
-        registry: pattern.registry.clone(),
-        path: repository.clone(),
-    };
-    let target = members::expand_target(&watch.spec.target, &captures);
-    let planned = async {
-        let me = scan_repository(
-            watch,
-            scan,
-            rules.clone(),
-            repo,
-            pattern.member_image(&repository),
-            target,
-        )
-        .await?;
-        let Choice {
-            tag,
-            digest,
-            refused,
-        } = choose(&me, scan, verify, None).await?;
-        result.latest = Some(tag.clone());
-        result.refused = refused.into_iter().next();
-        write_request(
-            &me,
-            dereference,
-            image_for(&me, &tag, digest.as_deref())?,
-            Some(git.clone()),
-        )
-        .await
-    }
-    .await;
-    match planned {
-        Ok(request) => (result, Some(request)),
-        Err(e) => {
-            result.outcome = Err(e);
-            (result, None)
-        }
-    }
-}
-
-/// Steps 1–4 for a watch of one repository.
-async fn reconcile_single(
-    watch: &ImageWatch,
-    ctx: &Context,
-    considered: &mut Option<Considered>,
-) -> Result<Outcome, ReconcileError> {
-    // Where to write first: a missing or wrong Git location is reported before any registry
-    // verdict.
-    let select = SelectContext::of(ctx);
-    let (dereference, scan) = (&select.dereference, &select.scan);
-    let write_step = WriteContext::of(ctx);
-    let git = resolve_git(watch, dereference).await?;
-    let me = prepare(watch, dereference, scan).await?;
-    let spec = &watch.spec;
-    let stage = |stage| ctx.pending.stage(&me.repo.registry, &me.repo.path, stage);
-    stage(Stage::Listed);
-    // What the rules alone leave out, until a tag is chosen.
-    *considered = Some(select::considered(&me, None, &[], None));
-
-    // 3b. select: the watch's own choice, or its group's.
-    let group = match spec.group.as_deref().filter(|g| !g.is_empty()) {
-        Some(group) => Some(group_choice(&me, group, &select).await?),
-        None => None,
-    };
-    // With spec.verify: only a tag whose signature verifies is written.
-    let verify = verify_keys(watch, &me.rules, dereference).await?;
-    let Choice {
-        tag,
-        digest,
-        refused,
-    } = choose(
-        &me,
-        scan,
-        verify.as_ref(),
-        group.as_ref().map(|g| g.tag.as_str()),
-    )
-    .await?;
-    *considered = Some(select::considered(
-        &me,
-        Some(&tag),
-        &refused,
-        spec.group.as_deref(),
-    ));
-    let refused = refused.into_iter().next();
-    let latest = select::latest(&me, scan, &tag, digest.as_deref());
-    stage(Stage::Selected);
-
-    // 4. write: a group writes every member at once, so the batching writer makes one commit.
-    let pr_settings = spec
-        .git
-        .as_ref()
-        .and_then(|g| g.pull_request.clone())
-        .filter(|_| me.rules.pause.is_none());
-    let forge_url = git.url.clone();
-    let mine = write_request(
-        &me,
-        dereference,
-        image_for(&me, &tag, digest.as_deref())?,
-        Some(git),
-    )
-    .await?;
-    if let Some(settings) = pr_settings {
-        let others = group.as_ref().map(|g| g.others.clone()).unwrap_or_default();
-        let (write, delivered) = write_and_propose(
-            watch,
-            &me,
-            mine,
-            others,
-            &settings,
-            &forge_url,
-            &tag,
-            &write_step,
-        )
-        .await?;
-        let stages = delivered
-            .commit
-            .as_ref()
-            .and_then(|_| push_stages(ctx, &me.repo.registry, &me.repo.path, &write));
-        return Ok(Outcome {
-            latest,
-            write: Some(write),
-            paused: None,
-            waiting: group.and_then(|g| g.waiting),
-            refused: refused.map(Box::new),
-            pull_request: Some(delivered),
-            stages,
-        });
-    }
-    let location = (mine.url.clone(), mine.branch.clone(), mine.auth.clone());
-    let write = match &group {
-        Some(g) if !g.others.is_empty() => {
-            let mut requests = vec![mine];
-            requests.extend(g.others.iter().cloned());
-            let results = write_step
-                .slots
-                .without_work_slot(futures::future::join_all(
-                    requests.into_iter().map(|r| write_step.writer.apply(r)),
-                ))
-                .await;
-            let mut results = results.into_iter().map(|r| r.map_err(ReconcileError::from));
-            let own = results
-                .next()
-                .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
-            for other in results {
-                if let Err(e) = other {
-                    tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed");
-                }
-            }
-            own
-        }
-        _ => {
-            write_step
-                .slots
-                .without_work_slot(write_step.writer.apply(mine))
-                .await?
-        }
-    };
-    let mut stages = None;
-    if let Some(commit) = &write.commit {
-        stages = push_stages(ctx, &me.repo.registry, &me.repo.path, &write);
-        follow_commit(
-            watch,
-            ctx,
-            location,
-            commit,
-            vec![write.file.clone()],
-            stages.map(|s| s.received),
-        );
-    }
-    Ok(Outcome {
-        latest,
-        write: Some(write),
-        paused: me.rules.pause.clone(),
-        waiting: group.and_then(|g| g.waiting),
-        refused: refused.map(Box::new),
-        pull_request: None,
-        stages,
-    })
-}
-
-/// The stages of the registry push that led to this commit, if an event started it (the
-/// writer's commit and push instants added); the push → commit latency is counted.
-fn push_stages(
-    ctx: &Context,
-    registry: &str,
-    repository: &str,
-    write: &imagewatch_engine::status::WriteResult,
-) -> Option<PushStages> {
-    let mut stages = ctx.pending.take(registry, repository)?;
-    if let Some((committed, pushed)) = write.pushed {
-        stages.committed = Some(committed);
-        stages.pushed = Some(pushed);
-    }
-    ctx.metrics
-        .push_to_commit_seconds
-        .observe(stages.received.elapsed().as_secs_f64());
-    Some(stages)
 }
 
 /// Counts where the push's time went, its status now written.
@@ -684,30 +429,4 @@ fn observe_stages(ctx: &Context, stages: &PushStages) {
             })
             .observe(spent.as_secs_f64());
     }
-}
-
-/// Hands a commit of this reconcile to the deployment tracker, which asks Argo CD to refresh
-/// the Applications deploying `files` and follows them (`Deployed`).
-fn follow_commit(
-    watch: &ImageWatch,
-    ctx: &Context,
-    (url, branch, auth): (String, String, crate::git::GitAuth),
-    commit: &str,
-    files: Vec<String>,
-    pushed_at: Option<std::time::Instant>,
-) {
-    ctx.deploys.committed(
-        &ctx.client,
-        &ctx.metrics,
-        crate::cluster::deploy::Committed {
-            watch: ObjectRef::new(&watch.name_any()).within(&watch.namespace().unwrap_or_default()),
-            object: crate::controllers::object_ref(watch),
-            url,
-            branch,
-            auth,
-            commit: commit.to_owned(),
-            files,
-            pushed_at,
-        },
-    );
 }

@@ -235,8 +235,7 @@ pub(super) async fn check_signatures(
                     &keys,
                 )
                 .await;
-                crate::controllers::imagewatch::count_signature_check(
-                    ctx.metrics,
+                ctx.metrics.count_signature_check(
                     "PromotionPolicy",
                     verdict.as_ref().map_or("error", |v| v.outcome()),
                 );

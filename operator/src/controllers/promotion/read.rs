@@ -215,7 +215,7 @@ pub(super) async fn target_repository(
                     &namespace,
                     watch.annotations(),
                     watch.labels(),
-                    crate::controllers::imagewatch::target_path(&watch.spec.target),
+                    imagewatch_engine::watch_target::target_path(&watch.spec.target),
                 )
                 .await?;
                 (source.repo_url, secret, source.branch)
