@@ -11,14 +11,19 @@ use imagewatch_crd::{
     conditions::reason as common_reason, conditions::reason, promotion::reason as promotion_reason,
 };
 
+use imagewatch_engine::promotion::CandidateError;
+
 use crate::{forge::ForgeError, git::GitError, writer::WriteError};
+
+/// Any error, boxed: the inner error of a field a parser or a check refused.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a reconcile did not reach `Ready=True`.
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     /// The spec cannot be acted on.
     #[error("{0}")]
-    InvalidSpec(String),
+    InvalidSpec(SpecError),
     /// A referenced Secret is missing or incomplete.
     #[error("{0}")]
     CredentialsNotFound(String),
@@ -60,6 +65,151 @@ pub enum ReconcileError {
     /// A blocking task panicked or was cancelled.
     #[error("internal: {0}")]
     Internal(String),
+}
+
+/// What of a spec cannot be acted on: the field at fault and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// `field`'s value is refused by its parser or check: `spec.tags: …`. For a value read
+    /// from another object, `field` names that object too (`Argo CD Application ns/app`).
+    #[error("{field}: {error}")]
+    Invalid {
+        /// The field, as the message names it.
+        field: String,
+        /// Why its value is refused.
+        error: BoxError,
+    },
+    /// `field` is not a duration such as `5m`.
+    #[error("{field} {value:?} is not a duration")]
+    NotADuration {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// `field` must name a directory relative to the repository root.
+    #[error("{field} {path:?} must be a directory relative to the repository root")]
+    NotADirectory {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        path: String,
+    },
+    /// `field` is not set, and must be (`when`: in which case).
+    #[error("{field} is required{}", .when.map(|w| format!(" {w}")).unwrap_or_default())]
+    Required {
+        /// The field.
+        field: &'static str,
+        /// The case that requires it (`in mode PullRequest`), if not every case.
+        when: Option<&'static str>,
+    },
+    /// `spec.git.pullRequest` without a `spec.git.pushBranch` other than `spec.git.branch`.
+    #[error("spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch")]
+    PullRequestWithoutPushBranch,
+    /// `spec.credentials.provider: aws` with an image of a registry that is not ECR.
+    #[error(
+        "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {registry}"
+    )]
+    AwsProviderNeedsEcr {
+        /// The image's registry.
+        registry: String,
+    },
+    /// `<field>.cosign.keyless`: not supported yet.
+    #[error(
+        "{field}.cosign.keyless is not supported yet (it needs Fulcio and Rekor); use \
+         {field}.cosign.secretRef with cosign public keys"
+    )]
+    KeylessUnsupported {
+        /// The verification's field (`spec.verify`, `spec.gates.signature`).
+        field: String,
+    },
+    /// `<field>.cosign` without a `secretRef`.
+    #[error("{field}.cosign needs secretRef (a Secret with cosign public keys)")]
+    CosignWithoutSecretRef {
+        /// The verification's field (`spec.verify`, `spec.gates.signature`).
+        field: String,
+    },
+    /// A `secretRef.name` that cannot be the name of a Secret.
+    #[error(
+        "{purpose} secretRef.name {name:?} is not a Secret name: it must be a DNS subdomain \
+         name (lower-case letters, digits, '-' and '.') of a Secret in namespace {namespace}"
+    )]
+    NotASecretName {
+        /// What the Secret is for (`registry`, `git`, `cosign`, …).
+        purpose: &'static str,
+        /// The name given.
+        name: String,
+        /// The object's namespace.
+        namespace: String,
+    },
+    /// `spec.group` on a watch of a pattern image.
+    #[error(
+        "spec.group cannot be used with a pattern image ({image}): a pattern already writes all its repositories together"
+    )]
+    GroupWithPattern {
+        /// `spec.image`.
+        image: String,
+    },
+    /// A pattern member's expanded `spec.target` is also another member's.
+    #[error(
+        "its target is also {other}'s: use $1..${wildcards} in spec.target so every repository has its own"
+    )]
+    SharedTarget {
+        /// The other member's repository.
+        other: String,
+        /// How many `*` segments the pattern has.
+        wildcards: usize,
+    },
+    /// No `spec.git`, and no Argo CD Application manages the object to supply it.
+    #[error(
+        "spec.git is not set and no Argo CD Application manages this object (no tracking annotation or app.kubernetes.io/instance label)"
+    )]
+    NoGitRepository,
+    /// A PromotionPolicy without `spec.to.git` whose source watches name no repository.
+    #[error("spec.to.git is not set and no source ImageWatch names a repository")]
+    NoTargetRepository,
+    /// `field` breaks a rule checked elsewhere, worded by that check (the words name the
+    /// field, or the part of it at fault).
+    #[error("{problem}")]
+    Rule {
+        /// The field checked.
+        field: &'static str,
+        /// The check's words.
+        problem: String,
+    },
+    /// The target's directory or file leaves the repository (the writer's check).
+    #[error(transparent)]
+    Path(Box<WriteError>),
+    /// The promotion's sources and rules make no valid candidate (conflicting sources, an
+    /// unknown pinned image, an invalid rewrite).
+    #[error(transparent)]
+    Candidate(Box<CandidateError>),
+}
+
+impl SpecError {
+    /// `field`'s value, refused by `error`: `"{field}: {error}"`.
+    pub fn invalid(field: impl Into<String>, error: impl Into<BoxError>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            error: error.into(),
+        }
+    }
+
+    /// `field` breaks a rule checked elsewhere; `problem` is that check's wording.
+    pub fn rule(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::Rule {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// `field`'s `value` is not a duration.
+    pub fn not_a_duration(field: &'static str, value: impl Into<String>) -> Self {
+        Self::NotADuration {
+            field,
+            value: value.into(),
+        }
+    }
 }
 
 /// Who can fix a failed reconcile.
@@ -174,7 +324,7 @@ impl From<WriteError> for ReconcileError {
             | WriteError::DirectoryNotFound { .. }
             | WriteError::PlannedPath { .. }) => Self::TargetNotFound(e.to_string()),
             e @ (WriteError::DirectoryOutside { .. } | WriteError::FileOutside { .. }) => {
-                Self::InvalidSpec(e.to_string())
+                Self::InvalidSpec(SpecError::Path(Box::new(e)))
             }
             e @ (WriteError::NotAccepting | WriteError::Stopped | WriteError::Task(_)) => {
                 Self::Internal(e.to_string())
@@ -276,7 +426,7 @@ fn count(metrics: &crate::telemetry::Metrics, controller: &str, category: Catego
 pub enum PromotionError {
     /// The spec cannot be acted on.
     #[error("{0}")]
-    InvalidSpec(String),
+    InvalidSpec(SpecError),
     /// A Secret is missing or incomplete.
     #[error("{0}")]
     CredentialsNotFound(String),
@@ -414,7 +564,10 @@ mod tests {
     fn each_error_says_who_can_fix_it() {
         use Category::*;
         let cases: Vec<(ReconcileError, Category)> = vec![
-            (ReconcileError::InvalidSpec("x".into()), User),
+            (
+                ReconcileError::InvalidSpec(SpecError::NoGitRepository),
+                User,
+            ),
             (ReconcileError::CredentialsNotFound("x".into()), User),
             (ReconcileError::NoMatchingTags("x".into()), User),
             (ReconcileError::TargetNotFound("x".into()), User),
@@ -453,7 +606,7 @@ mod tests {
         // Everything the user must fix and that waits for a change is in category `user`,
         // except an unlisted pattern catalog, which the registry may start to list.
         for stalled in [
-            ReconcileError::InvalidSpec("x".into()),
+            ReconcileError::InvalidSpec(SpecError::NoGitRepository),
             ReconcileError::TargetNotFound("x".into()),
             ReconcileError::NotAllowed("x".into()),
         ] {

@@ -17,7 +17,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use crate::error::ReconcileError;
+use crate::error::{ReconcileError, SpecError};
 use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
@@ -124,11 +124,8 @@ pub async fn resolve(
     labels: &std::collections::BTreeMap<String, String>,
     target_path: Option<&str>,
 ) -> Result<(ApplicationSource, Option<String>), ReconcileError> {
-    let key = managing_application(annotations, labels).ok_or_else(|| {
-        ReconcileError::InvalidSpec(
-            "spec.git is not set and no Argo CD Application manages this object (no tracking annotation or app.kubernetes.io/instance label)".to_string(),
-        )
-    })?;
+    let key = managing_application(annotations, labels)
+        .ok_or_else(|| ReconcileError::InvalidSpec(SpecError::NoGitRepository))?;
     let app_ns = key
         .namespace
         .clone()
@@ -147,12 +144,18 @@ pub async fn resolve(
     };
     let application = imagewatch_engine::argocd::Application::parse(&app_ns, &key.name, &app.data);
     let source = imagewatch_engine::argocd::git_source(&application, target_path).map_err(|e| {
-        ReconcileError::InvalidSpec(format!("Argo CD Application {app_ns}/{}: {e}", key.name))
+        ReconcileError::InvalidSpec(SpecError::invalid(
+            format!("Argo CD Application {app_ns}/{}", key.name),
+            e,
+        ))
     })?;
     crate::git::check_tenant_url(&source.repo_url).map_err(|e| {
-        ReconcileError::InvalidSpec(format!(
-            "Argo CD Application {app_ns}/{} spec.source.repoURL: {e}",
-            key.name
+        ReconcileError::InvalidSpec(SpecError::invalid(
+            format!(
+                "Argo CD Application {app_ns}/{} spec.source.repoURL",
+                key.name
+            ),
+            e,
         ))
     })?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);

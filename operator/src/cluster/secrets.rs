@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::Api;
 
-use crate::error::ReconcileError;
+use crate::error::{ReconcileError, SpecError};
 use crate::ttl_cache::TtlCache;
 use crate::{
     git::{
@@ -83,15 +83,16 @@ async fn read_secret(
     ctx: &impl SecretAccess,
     namespace: &str,
     name: &str,
-    purpose: &str,
+    purpose: &'static str,
 ) -> Result<SecretData, ReconcileError> {
     if !is_secret_name(name) {
         // A name with '/' would become a subresource request, `..` another path: refuse it
         // before it reaches the API.
-        return Err(ReconcileError::InvalidSpec(format!(
-            "{purpose} secretRef.name {name:?} is not a Secret name: it must be a DNS subdomain \
-             name (lower-case letters, digits, '-' and '.') of a Secret in namespace {namespace}"
-        )));
+        return Err(ReconcileError::InvalidSpec(SpecError::NotASecretName {
+            purpose,
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        }));
     }
     let key = (namespace.to_string(), name.to_string());
     let api: Api<Secret> = Api::namespaced(ctx.client().clone(), namespace);

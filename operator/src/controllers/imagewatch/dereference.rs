@@ -19,6 +19,7 @@ use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
 use crate::controllers::credentials::credential_choice;
 use crate::controllers::{Announcer, Context, SecretReader};
+use crate::error::SpecError;
 use crate::manifests::{TargetSpec, WorkloadTarget};
 use crate::policy::{self, TagPolicy};
 use crate::registry::{Credentials, is_ecr_host};
@@ -91,9 +92,11 @@ pub(super) async fn rules(
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
     let (use_ecr, credential_key) = credential_choice(&credentials, &namespace, registry);
     if use_ecr && is_ecr_host(registry).is_none() {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {registry}"
-        )));
+        return Err(ReconcileError::InvalidSpec(
+            SpecError::AwsProviderNeedsEcr {
+                registry: registry.to_string(),
+            },
+        ));
     }
 
     // 2. dereference (through ECR's API, the operator's AWS identity: a pull Secret named
@@ -148,7 +151,7 @@ pub(super) async fn resolve_git(
     let namespace = watch.namespace().unwrap_or_default();
     if let Some(git) = &watch.spec.git {
         crate::git::check_tenant_url(&git.url)
-            .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
+            .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.git.url", e)))?;
         check_git_allowed(watch, ctx.allow, &git.url, "").await?;
         let auth = match &git.secret_ref {
             Some(secret) => {
@@ -318,14 +321,15 @@ pub(crate) async fn signature_keys(
     field: &str,
 ) -> Result<Vec<crate::signature::TrustedKey>, ReconcileError> {
     match (&cosign.secret_ref, &cosign.keyless) {
-        (_, Some(_)) => Err(ReconcileError::InvalidSpec(format!(
-            "{field}.cosign.keyless is not supported yet (it needs Fulcio and Rekor); use \
-             {field}.cosign.secretRef with cosign public keys"
-        ))),
+        (_, Some(_)) => Err(ReconcileError::InvalidSpec(SpecError::KeylessUnsupported {
+            field: field.to_string(),
+        })),
         (Some(secret), None) => secrets::cosign_keys(secrets, namespace, &secret.name).await,
-        (None, None) => Err(ReconcileError::InvalidSpec(format!(
-            "{field}.cosign needs secretRef (a Secret with cosign public keys)"
-        ))),
+        (None, None) => Err(ReconcileError::InvalidSpec(
+            SpecError::CosignWithoutSecretRef {
+                field: field.to_string(),
+            },
+        )),
     }
 }
 

@@ -58,6 +58,7 @@ use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
+use crate::error::SpecError;
 use crate::scan::index::CatalogKey;
 use crate::sources::routing::{PushStages, Stage};
 use crate::writer::WriteRequest;
@@ -244,7 +245,10 @@ async fn reconcile_watch(
         Ok(Some(pattern)) => reconcile_pattern(watch, &pattern, ctx)
             .await
             .map(Reconciled::Pattern),
-        Err(message) => Err(ReconcileError::InvalidSpec(message)),
+        Err(message) => Err(ReconcileError::InvalidSpec(SpecError::rule(
+            "spec.image",
+            message,
+        ))),
     }
 }
 
@@ -260,13 +264,12 @@ async fn reconcile_pattern(
 ) -> Result<PatternOutcome, ReconcileError> {
     let spec = &watch.spec;
     if spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.group cannot be used with a pattern image ({}): a pattern already writes all its repositories together",
-            spec.image
-        )));
+        return Err(ReconcileError::InvalidSpec(SpecError::GroupWithPattern {
+            image: spec.image.clone(),
+        }));
     }
     members::check_references(&spec.target, &spec.image, pattern.wildcards())
-        .map_err(ReconcileError::InvalidSpec)?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.target", e)))?;
     let (dereference, scan, write_step) = (
         DereferenceContext::of(ctx),
         ScanContext::of(ctx),
@@ -338,11 +341,10 @@ async fn reconcile_pattern(
     for (i, (mut result, request)) in planned.into_iter().enumerate() {
         match (request, shared[i]) {
             (Some(_), Some(other)) => {
-                result.outcome = Err(ReconcileError::InvalidSpec(format!(
-                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
-                    names[other],
-                    pattern.wildcards()
-                )));
+                result.outcome = Err(ReconcileError::InvalidSpec(SpecError::SharedTarget {
+                    other: names[other].clone(),
+                    wildcards: pattern.wildcards(),
+                }));
             }
             (Some(request), None) => requests.push((i, request)),
             (None, _) => {}
@@ -369,8 +371,7 @@ async fn reconcile_pattern(
                 .filter(|b| !b.is_empty() && *b != request.branch)
             else {
                 return Err(ReconcileError::InvalidSpec(
-                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
-                        .into(),
+                    SpecError::PullRequestWithoutPushBranch,
                 ));
             };
             if per_member {

@@ -15,6 +15,7 @@ use super::members::PatternImage;
 use super::validate::validate_rules;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
+use crate::error::SpecError;
 use crate::policy;
 use crate::registry::ecr::EcrTagSource;
 use crate::registry::{Credentials, RegistryClient, RegistryError, RepositoryRef, TagSource};
@@ -76,7 +77,7 @@ pub(super) async fn prepare<'w>(
     let spec = &watch.spec;
     let validated = validate_rules(watch)?;
     let repo = RepositoryRef::parse(&spec.image)
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.image: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.image", e)))?;
     let rules = Arc::new(rules(watch, dereference, &repo.registry, validated).await?);
     scan_repository(
         watch,

@@ -10,6 +10,7 @@ use imagewatch_engine::platforms::Platform;
 
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
+use crate::error::SpecError;
 use crate::policy::{self, TagPolicy};
 
 /// The spec's tag rules and interval, validated (step 1).
@@ -28,19 +29,19 @@ pub(super) fn validate_rules(watch: &ImageWatch) -> Result<ValidatedRules, Recon
     let spec = &watch.spec;
     let tags = spec.tags.clone().unwrap_or_default();
     let policy = TagPolicy::from_rules(&tags)
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.tags", e)))?;
     let order = policy.order();
     let Some(interval) = parse_duration(spec.interval_or_default()) else {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.interval {:?} is not a duration",
-            spec.interval_or_default()
+        return Err(ReconcileError::InvalidSpec(SpecError::not_a_duration(
+            "spec.interval",
+            spec.interval_or_default(),
         )));
     };
     // The CRD refuses malformed entries at apply; this guards objects stored before.
     let platforms = Platform::parse_all(tags.platforms.as_deref().unwrap_or(&[]))
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags.platforms: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.tags.platforms", e)))?;
     let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
-        .map_err(ReconcileError::InvalidSpec)?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.windows", e)))?;
     Ok(ValidatedRules {
         policy,
         order,

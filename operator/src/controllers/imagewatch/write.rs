@@ -17,6 +17,7 @@ use super::scan::Prepared;
 use super::status::tag_of;
 use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader, WorkSlots};
+use crate::error::SpecError;
 use crate::manifests::{EditOptions, ImageChange};
 use crate::telemetry::Metrics;
 use crate::writer::{GitChangeGuard, GitWriter, WriteRequest, WriteResult};
@@ -70,7 +71,7 @@ pub(super) async fn write_request(
         branch: git.branch,
         auth: git.auth,
         target: target_spec(&me.target, &git.base_path, &me.image)
-            .map_err(ReconcileError::InvalidSpec)?,
+            .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.target", e)))?,
         change: ImageChange::Image(image),
         edit: EditOptions {
             edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
@@ -143,12 +144,7 @@ pub(super) async fn write_and_propose(
         .push_branch
         .clone()
         .filter(|b| !b.is_empty() && *b != mine.branch)
-        .ok_or_else(|| {
-            ReconcileError::InvalidSpec(
-                "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
-                    .into(),
-            )
-        })?;
+        .ok_or_else(|| ReconcileError::InvalidSpec(SpecError::PullRequestWithoutPushBranch))?;
     let base = mine.branch.clone();
     let on_base = WriteRequest {
         push_branch: None,

@@ -4,7 +4,7 @@
 
 #[cfg(test)]
 use super::fixtures::policy;
-use crate::error::PromotionError;
+use crate::error::{PromotionError, SpecError};
 use std::collections::BTreeMap;
 
 use imagewatch_crd::ImageWatch;
@@ -68,7 +68,7 @@ pub(super) fn candidate_error(e: CandidateError) -> PromotionError {
         CandidateError::EmptySource | CandidateError::LeaderMissing(..) => {
             PromotionError::SourceNotReady(e.to_string())
         }
-        _ => PromotionError::InvalidSpec(e.to_string()),
+        _ => PromotionError::InvalidSpec(SpecError::Candidate(Box::new(e))),
     }
 }
 

@@ -358,6 +358,7 @@ pub(super) async fn finalize(
 mod tests {
     use super::*;
     use crate::controllers::promotion::build_status;
+    use crate::error::SpecError;
     use crate::forge::EnsureAction;
     use crate::git::GitError;
     use imagewatch_crd::promotion::PromotionMode;
@@ -518,7 +519,10 @@ mod tests {
             close_step(Some(&config), secs(0), timeout, 1),
             CloseStep::GiveUp
         );
-        let spec = PromotionError::InvalidSpec("spec.pullRequest is required".into());
+        let spec = PromotionError::InvalidSpec(SpecError::Required {
+            field: "spec.pullRequest",
+            when: None,
+        });
         assert_eq!(
             close_step(Some(&spec), secs(0), timeout, 1),
             CloseStep::GiveUp

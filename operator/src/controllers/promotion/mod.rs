@@ -50,6 +50,7 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
+use crate::error::SpecError;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -518,7 +519,7 @@ async fn reconcile_policy(
     // 1. validate
     validate(spec).map_err(PromotionError::InvalidSpec)?;
     let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
-        .map_err(PromotionError::InvalidSpec)?;
+        .map_err(|e| PromotionError::InvalidSpec(SpecError::rule("spec.windows", e)))?;
     let mode = spec.mode();
     let source = source_label(spec);
     let to_path = spec.to.path.trim_matches('/').to_string();
@@ -739,7 +740,10 @@ async fn reconcile_policy(
             )
             .await?;
             let settings = spec.pull_request.clone().ok_or_else(|| {
-                PromotionError::InvalidSpec("spec.pullRequest is required".into())
+                PromotionError::InvalidSpec(SpecError::Required {
+                    field: "spec.pullRequest",
+                    when: None,
+                })
             })?;
             let forge = forge_client(policy, &location.url, &deliver_step).await?;
             if !*finalizer_present {
