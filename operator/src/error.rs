@@ -26,7 +26,7 @@ pub enum ReconcileError {
     InvalidSpec(SpecError),
     /// A referenced Secret is missing or incomplete.
     #[error("{0}")]
-    CredentialsNotFound(String),
+    CredentialsNotFound(CredentialsError),
     /// The registry failed or refused.
     #[error("registry: {0}")]
     Registry(#[from] crate::registry::RegistryError),
@@ -208,6 +208,128 @@ impl SpecError {
         Self::NotADuration {
             field,
             value: value.into(),
+        }
+    }
+}
+
+/// A Secret an object names, and what it is for: `git Secret team-a/git-creds`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedSecret {
+    /// What it is for: `registry`, `git`, `cosign`, `forge`, `notification`.
+    pub purpose: &'static str,
+    /// Its namespace (the object's).
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl NamedSecret {
+    /// The `purpose` Secret `namespace/name`.
+    pub fn new(purpose: &'static str, namespace: &str, name: &str) -> Self {
+        Self {
+            purpose,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for NamedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} Secret {}/{}",
+            self.purpose, self.namespace, self.name
+        )
+    }
+}
+
+/// Why the credentials an object names cannot be used: the Secret, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    /// The Secret does not exist.
+    #[error("{secret} not found")]
+    NotFound {
+        /// The Secret.
+        secret: NamedSecret,
+    },
+    /// The Secret lacks the key its kind needs.
+    #[error("{secret} has no {key} key")]
+    MissingKey {
+        /// The Secret.
+        secret: NamedSecret,
+        /// The key.
+        key: &'static str,
+    },
+    /// A registry Secret without credentials for the image's registry.
+    #[error("{secret} has no entry for {registry}")]
+    NoEntryFor {
+        /// The Secret.
+        secret: NamedSecret,
+        /// The registry host.
+        registry: String,
+    },
+    /// A value that is not text.
+    #[error("{secret}: key {key} is not PEM text")]
+    NotText {
+        /// The Secret.
+        secret: NamedSecret,
+        /// The key holding it.
+        key: String,
+    },
+    /// A value that cannot be used.
+    #[error("{secret}: key {key}: {error}")]
+    BadValue {
+        /// The Secret.
+        secret: NamedSecret,
+        /// The key holding it.
+        key: String,
+        /// What is wrong with it.
+        error: BoxError,
+    },
+    /// A cosign Secret without a public key.
+    #[error("{secret} holds no public key")]
+    NoPublicKey {
+        /// The Secret.
+        secret: NamedSecret,
+    },
+    /// The Secret has none of the key sets its kind accepts.
+    #[error("{secret} needs {needs}")]
+    Incomplete {
+        /// The Secret.
+        secret: NamedSecret,
+        /// The keys it needs, as the message names them.
+        needs: &'static str,
+    },
+    /// The Secret's content cannot be used: unparsable, incomplete or invalid keys.
+    #[error("{secret}: {error}")]
+    Unusable {
+        /// The Secret.
+        secret: NamedSecret,
+        /// What is wrong with it.
+        error: BoxError,
+    },
+    /// The operator may not list the labelled Secrets that hold Git credentials for a watch
+    /// without `spec.git` (an Argo CD Application's repository).
+    #[error(
+        "the operator may not list the Secrets labelled {label}=true in {namespace} that hold \
+         Git credentials for a watch without spec.git: set the chart value \
+         rbac.gitFromArgocd=true, or set spec.git with a secretRef"
+    )]
+    CannotListLabelled {
+        /// The label, set to `true` on those Secrets.
+        label: &'static str,
+        /// The namespace.
+        namespace: String,
+    },
+}
+
+impl CredentialsError {
+    /// `secret`'s content cannot be used, for `error`.
+    pub fn unusable(secret: NamedSecret, error: impl Into<BoxError>) -> Self {
+        Self::Unusable {
+            secret,
+            error: error.into(),
         }
     }
 }
@@ -429,7 +551,7 @@ pub enum PromotionError {
     InvalidSpec(SpecError),
     /// A Secret is missing or incomplete.
     #[error("{0}")]
-    CredentialsNotFound(String),
+    CredentialsNotFound(CredentialsError),
     /// The source has no complete candidate yet.
     #[error("{0}")]
     SourceNotReady(String),
@@ -568,7 +690,12 @@ mod tests {
                 ReconcileError::InvalidSpec(SpecError::NoGitRepository),
                 User,
             ),
-            (ReconcileError::CredentialsNotFound("x".into()), User),
+            (
+                ReconcileError::CredentialsNotFound(CredentialsError::NotFound {
+                    secret: NamedSecret::new("git", "ns", "x"),
+                }),
+                User,
+            ),
             (ReconcileError::NoMatchingTags("x".into()), User),
             (ReconcileError::TargetNotFound("x".into()), User),
             (ReconcileError::NotAllowed("x".into()), User),

@@ -17,7 +17,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use crate::error::{ReconcileError, SpecError};
+use crate::error::{CredentialsError, ReconcileError, SpecError};
 use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
@@ -166,11 +166,10 @@ pub async fn resolve(
             // The default install may not list Secrets (least privilege): say which chart
             // value grants it instead of an internal error.
             kube::Error::Api(status) if status.code == 403 => {
-                ReconcileError::CredentialsNotFound(format!(
-                    "the operator may not list the Secrets labelled {CREDENTIALS_LABEL}=true in \
-                     {namespace} that hold Git credentials for a watch without spec.git: set the \
-                     chart value rbac.gitFromArgocd=true, or set spec.git with a secretRef"
-                ))
+                ReconcileError::CredentialsNotFound(CredentialsError::CannotListLabelled {
+                    label: CREDENTIALS_LABEL,
+                    namespace: namespace.to_string(),
+                })
             }
             e => e.into(),
         })?;

@@ -358,7 +358,7 @@ pub(super) async fn finalize(
 mod tests {
     use super::*;
     use crate::controllers::promotion::build_status;
-    use crate::error::SpecError;
+    use crate::error::{CredentialsError, NamedSecret, SpecError};
     use crate::forge::EnsureAction;
     use crate::git::GitError;
     use imagewatch_crd::promotion::PromotionMode;
@@ -504,7 +504,9 @@ mod tests {
             CloseStep::Retry(secs(30))
         );
         // The Secret went with the namespace: retried like any other failure, within bounds.
-        let secret = PromotionError::CredentialsNotFound("forge Secret t/forge-token".into());
+        let secret = PromotionError::CredentialsNotFound(CredentialsError::NotFound {
+            secret: NamedSecret::new("forge", "t", "forge-token"),
+        });
         assert_eq!(
             close_step(Some(&secret), secs(1), timeout, 2),
             CloseStep::Retry(secs(4))
