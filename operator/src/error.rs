@@ -32,10 +32,15 @@ pub enum ReconcileError {
     Registry(#[from] crate::registry::RegistryError),
     /// No tag matches the rules.
     #[error("{0}")]
-    NoMatchingTags(String),
+    NoMatchingTags(NoTag),
     /// The pinned tag is not in the registry.
-    #[error("{0}")]
-    PinnedTagNotFound(String),
+    #[error("spec.pin {tag:?} does not exist in {image}")]
+    PinnedTagNotFound {
+        /// `spec.pin`.
+        tag: String,
+        /// The image.
+        image: String,
+    },
     /// The target is missing or ambiguous in Git.
     #[error("{0}")]
     TargetNotFound(String),
@@ -334,6 +339,85 @@ impl CredentialsError {
     }
 }
 
+/// Why no tag of an image can be written: the image, and what its tags lack.
+#[derive(Debug, thiserror::Error)]
+pub enum NoTag {
+    /// No listed tag matches `spec.tags.pattern`.
+    #[error("none of the {listed} tags of {image} matches pattern {pattern:?}")]
+    NoneMatches {
+        /// The image.
+        image: String,
+        /// How many tags were listed.
+        listed: usize,
+        /// The pattern (`*` when unset).
+        pattern: String,
+    },
+    /// Some tags match the pattern, but none can be ordered by the order.
+    #[error(
+        "{matching} tags of {image} match pattern {pattern:?} but none can be ordered by {order:?} (e.g. not a version); set spec.tags.order or spec.tags.extract"
+    )]
+    Unorderable {
+        /// The image.
+        image: String,
+        /// How many tags match the pattern.
+        matching: usize,
+        /// The pattern (`*` when unset).
+        pattern: String,
+        /// The order.
+        order: imagewatch_engine::policy::Order,
+    },
+    /// Every candidate tag was listed without a manifest.
+    #[error("no candidate tag of {image} has a manifest")]
+    NoCandidateManifest {
+        /// The image.
+        image: String,
+    },
+    /// The chosen tag is listed, but its manifest does not exist.
+    #[error("tag {tag} of {image} is listed but its manifest does not exist")]
+    ListedWithoutManifest {
+        /// The image.
+        image: String,
+        /// The tag.
+        tag: String,
+    },
+    /// The tag's digest has no manifest (asked for its platforms).
+    #[error("tag {tag} of {image} ({digest}) has no manifest")]
+    DigestWithoutManifest {
+        /// The image.
+        image: String,
+        /// The tag.
+        tag: String,
+        /// Its digest.
+        digest: String,
+    },
+}
+
+impl NoTag {
+    /// None of the `listed` tags of `image` matches `pattern`.
+    pub fn none_matches(image: &str, listed: usize, pattern: &str) -> Self {
+        Self::NoneMatches {
+            image: image.to_string(),
+            listed,
+            pattern: pattern.to_string(),
+        }
+    }
+
+    /// `matching` tags of `image` match `pattern`, none can be ordered by `order`.
+    pub fn unorderable(
+        image: &str,
+        matching: usize,
+        pattern: &str,
+        order: imagewatch_engine::policy::Order,
+    ) -> Self {
+        Self::Unorderable {
+            image: image.to_string(),
+            matching,
+            pattern: pattern.to_string(),
+            order,
+        }
+    }
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -471,7 +555,7 @@ impl Classify for ReconcileError {
             Self::NoMatchingTags(_) => {
                 class(reason::NO_MATCHING_TAGS, "no_matching_tags", User, false)
             }
-            Self::PinnedTagNotFound(_) => class(
+            Self::PinnedTagNotFound { .. } => class(
                 reason::PINNED_TAG_NOT_FOUND,
                 "pinned_tag_not_found",
                 User,
@@ -696,7 +780,10 @@ mod tests {
                 }),
                 User,
             ),
-            (ReconcileError::NoMatchingTags("x".into()), User),
+            (
+                ReconcileError::NoMatchingTags(NoTag::NoCandidateManifest { image: "x".into() }),
+                User,
+            ),
             (ReconcileError::TargetNotFound("x".into()), User),
             (ReconcileError::NotAllowed("x".into()), User),
             (

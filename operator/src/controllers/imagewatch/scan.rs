@@ -15,7 +15,7 @@ use super::members::PatternImage;
 use super::validate::validate_rules;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
-use crate::error::SpecError;
+use crate::error::{NoTag, SpecError};
 use crate::policy;
 use crate::registry::ecr::EcrTagSource;
 use crate::registry::{Credentials, RegistryClient, RegistryError, RepositoryRef, TagSource};
@@ -253,13 +253,16 @@ impl Prepared<'_> {
         let spec = &self.watch.spec;
         match self.digest(ctx, tag).await? {
             Some(d) => Ok(d),
-            None if spec.pin.as_deref() == Some(tag) => Err(ReconcileError::PinnedTagNotFound(
-                format!("spec.pin {tag:?} does not exist in {}", self.image),
+            None if spec.pin.as_deref() == Some(tag) => Err(ReconcileError::PinnedTagNotFound {
+                tag: tag.to_string(),
+                image: self.image.clone(),
+            }),
+            None => Err(ReconcileError::NoMatchingTags(
+                NoTag::ListedWithoutManifest {
+                    image: self.image.clone(),
+                    tag: tag.to_string(),
+                },
             )),
-            None => Err(ReconcileError::NoMatchingTags(format!(
-                "tag {tag} of {} is listed but its manifest does not exist",
-                self.image
-            ))),
         }
     }
 
@@ -282,10 +285,13 @@ impl Prepared<'_> {
             .image_platforms(&self.repo, digest, &creds)
             .await?
         else {
-            return Err(ReconcileError::NoMatchingTags(format!(
-                "tag {tag} of {} ({digest}) has no manifest",
-                self.image
-            )));
+            return Err(ReconcileError::NoMatchingTags(
+                NoTag::DigestWithoutManifest {
+                    image: self.image.clone(),
+                    tag: tag.to_string(),
+                    digest: digest.to_string(),
+                },
+            ));
         };
         let missing = imagewatch_engine::platforms::missing(wanted, &provided);
         Ok((!missing.is_empty()).then(|| crate::signature::Refused {

@@ -16,6 +16,7 @@ use super::scan::{Prepared, ScanContext, prepare};
 use super::write::write_request;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
+use crate::error::NoTag;
 use crate::policy;
 use crate::writer::WriteRequest;
 
@@ -183,21 +184,23 @@ fn own_choice(me: &Prepared<'_>) -> Result<String, ReconcileError> {
     }
     let tags = spec.tags.clone().unwrap_or_default();
     let policy = &me.rules.policy;
-    policy.select(&me.scan.tags).map(|t| t.tag.clone()).ok_or_else(|| {
-        let pattern = tags.pattern.as_deref().unwrap_or("*");
-        let matching = me.scan.tags.iter().filter(|t| policy.matches(&t.tag)).count();
-        ReconcileError::NoMatchingTags(if matching == 0 {
-            format!(
-                "none of the {} tags of {} matches pattern {pattern:?}",
-                me.scan.listed, me.image
-            )
-        } else {
-            format!(
-                "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
-                me.image, me.rules.order
-            )
+    policy
+        .select(&me.scan.tags)
+        .map(|t| t.tag.clone())
+        .ok_or_else(|| {
+            let pattern = tags.pattern.as_deref().unwrap_or("*");
+            let matching = me
+                .scan
+                .tags
+                .iter()
+                .filter(|t| policy.matches(&t.tag))
+                .count();
+            ReconcileError::NoMatchingTags(if matching == 0 {
+                NoTag::none_matches(&me.image, me.scan.listed, pattern)
+            } else {
+                NoTag::unorderable(&me.image, matching, pattern, me.rules.order)
+            })
         })
-    })
 }
 
 /// The tag to write, its digest and the newest better tag refused (with `spec.verify`
@@ -298,10 +301,9 @@ async fn qualified_choice(
     }
     match refused_above.into_iter().next() {
         Some(refused) => Err(ReconcileError::Refused(Box::new(refused))),
-        None => Err(ReconcileError::NoMatchingTags(format!(
-            "no candidate tag of {} has a manifest",
-            me.image
-        ))),
+        None => Err(ReconcileError::NoMatchingTags(NoTag::NoCandidateManifest {
+            image: me.image.clone(),
+        })),
     }
 }
 
