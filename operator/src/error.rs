@@ -43,7 +43,7 @@ pub enum ReconcileError {
     },
     /// The target is missing or ambiguous in Git.
     #[error("{0}")]
-    TargetNotFound(String),
+    TargetNotFound(TargetError),
     /// The watch's group has no common tag yet, or a member is unusable.
     #[error("{0}")]
     WaitingForGroup(String),
@@ -418,6 +418,74 @@ impl NoTag {
     }
 }
 
+/// A directory a spec names that is not on its branch.
+#[derive(Debug, thiserror::Error)]
+#[error("{field} {path:?} does not exist on branch {branch}")]
+pub struct MissingPath {
+    /// The field naming it (`spec.to.path`, `spec.from.path`).
+    pub field: &'static str,
+    /// The path.
+    pub path: String,
+    /// The branch read.
+    pub branch: String,
+}
+
+/// Why the place to write is not in Git, or cannot be edited there.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The writer finds no place to edit: a file, key, image or directory not on the
+    /// branch, or ambiguous; a planned path not in the repository.
+    #[error(transparent)]
+    Write(Box<WriteError>),
+    /// No `spec.git`, and no Argo CD to supply it.
+    #[error("spec.git is not set and the Argo CD Application API is not installed")]
+    NoApplicationApi,
+    /// The target directory is not on the branch.
+    #[error(transparent)]
+    PathNotFound(MissingPath),
+    /// The target holds none of the candidate's images.
+    #[error(transparent)]
+    Candidate(Box<CandidateError>),
+    /// An edit of `field`'s files cannot be planned; `problem` names the file and why.
+    #[error("{problem}")]
+    Edit {
+        /// The field naming the files (`spec.to.path`).
+        field: &'static str,
+        /// The file and why.
+        problem: String,
+    },
+}
+
+/// Why a promotion's source has no complete candidate yet.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The source directory is not on its branch.
+    #[error(transparent)]
+    PathNotFound(MissingPath),
+    /// The source holds no images, or not the `alignTags` leader.
+    #[error(transparent)]
+    Candidate(Box<CandidateError>),
+    /// What `field` selects cannot be read as a source, in the words of the reading (they
+    /// name the watch or file).
+    #[error("{problem}")]
+    Unusable {
+        /// The field selecting the source (`spec.from.watchSelector`, `spec.from.path`).
+        field: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl SourceError {
+    /// What `field` selects cannot be read as a source: `problem`.
+    pub fn unusable(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::Unusable {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -528,7 +596,9 @@ impl From<WriteError> for ReconcileError {
             WriteError::Git(e) => Self::Git(e),
             e @ (WriteError::Edit(_)
             | WriteError::DirectoryNotFound { .. }
-            | WriteError::PlannedPath { .. }) => Self::TargetNotFound(e.to_string()),
+            | WriteError::PlannedPath { .. }) => {
+                Self::TargetNotFound(TargetError::Write(Box::new(e)))
+            }
             e @ (WriteError::DirectoryOutside { .. } | WriteError::FileOutside { .. }) => {
                 Self::InvalidSpec(SpecError::Path(Box::new(e)))
             }
@@ -638,15 +708,18 @@ pub enum PromotionError {
     CredentialsNotFound(CredentialsError),
     /// The source has no complete candidate yet.
     #[error("{0}")]
-    SourceNotReady(String),
+    SourceNotReady(SourceError),
     /// A source watch is healthy but has not applied its first tag yet (a policy created
     /// together with its watches): the same `Ready` reason, but a Normal Event, because
     /// nothing is wrong; the watch's status change reconciles the policy again.
-    #[error("{0}")]
-    SourceWaiting(String),
+    #[error("waiting for ImageWatch {} to apply a first tag", .watches.join(", "))]
+    SourceWaiting {
+        /// The watches waited for.
+        watches: Vec<String>,
+    },
     /// `to.path` (or a place in it) cannot be found or edited.
     #[error("{0}")]
-    TargetNotFound(String),
+    TargetNotFound(TargetError),
     /// The policy's namespace may not use what it names; nothing was read or written.
     #[error("{0}")]
     NotAllowed(String),
@@ -706,7 +779,7 @@ impl Classify for PromotionError {
                 User,
                 true,
             ),
-            Self::SourceWaiting(_) => class(
+            Self::SourceWaiting { .. } => class(
                 promotion_reason::SOURCE_NOT_READY,
                 "source_waiting",
                 User,
@@ -784,7 +857,10 @@ mod tests {
                 ReconcileError::NoMatchingTags(NoTag::NoCandidateManifest { image: "x".into() }),
                 User,
             ),
-            (ReconcileError::TargetNotFound("x".into()), User),
+            (
+                ReconcileError::TargetNotFound(TargetError::NoApplicationApi),
+                User,
+            ),
             (ReconcileError::NotAllowed("x".into()), User),
             (
                 ReconcileError::Git(GitError::AuthFailed {
@@ -821,7 +897,7 @@ mod tests {
         // except an unlisted pattern catalog, which the registry may start to list.
         for stalled in [
             ReconcileError::InvalidSpec(SpecError::NoGitRepository),
-            ReconcileError::TargetNotFound("x".into()),
+            ReconcileError::TargetNotFound(TargetError::NoApplicationApi),
             ReconcileError::NotAllowed("x".into()),
         ] {
             assert!(stalled.is_stalled());
@@ -838,7 +914,8 @@ mod tests {
         let internal = PromotionError::from(ReconcileError::Internal("panicked".into()));
         assert_eq!(internal.reason(), "InternalError");
         assert_eq!(internal.fixed_by(), Category::Internal);
-        let waiting = PromotionError::SourceNotReady("staging has no tag".into());
+        let waiting =
+            PromotionError::SourceNotReady(SourceError::unusable("spec.from.path", "no tag"));
         assert_eq!(waiting.fixed_by(), Category::User);
         assert!(waiting.is_stalled());
         let metrics = crate::telemetry::Metrics::new();

@@ -17,7 +17,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use crate::error::{CredentialsError, ReconcileError, SpecError};
+use crate::error::{CredentialsError, ReconcileError, SpecError, TargetError};
 use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
@@ -137,7 +137,7 @@ pub async fn resolve(
         Ok(_) => return Err(not_deploying_here(&app_ns, &key.name, namespace)),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             return Err(ReconcileError::TargetNotFound(
-                "spec.git is not set and the Argo CD Application API is not installed".to_string(),
+                TargetError::NoApplicationApi,
             ));
         }
         Err(e) => return Err(e.into()),

@@ -50,7 +50,7 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
-use crate::error::SpecError;
+use crate::error::{SourceError, SpecError, TargetError};
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -528,9 +528,11 @@ async fn reconcile_policy(
     let watches = list_source_watches(policy, client).await?;
     let watch_state = if spec.from.watch_selector.is_some() {
         if let Some(waiting) = first_tag_pending(&watches) {
-            return Err(PromotionError::SourceWaiting(waiting));
+            return Err(PromotionError::SourceWaiting { watches: waiting });
         }
-        Some(promotion::sources_from_watches(&watches).map_err(PromotionError::SourceNotReady)?)
+        Some(promotion::sources_from_watches(&watches).map_err(|e| {
+            PromotionError::SourceNotReady(SourceError::unusable("spec.from.watchSelector", e))
+        })?)
     } else {
         None
     };
@@ -575,7 +577,9 @@ async fn reconcile_policy(
                 changed.as_ref().map(|(c, _)| c.clone()),
                 changed.as_ref().map(|(_, at)| *at),
             )
-            .map_err(PromotionError::SourceNotReady)?
+            .map_err(|e| {
+                PromotionError::SourceNotReady(SourceError::unusable("spec.from.path", e))
+            })?
         }
         (None, None) => return Err(PromotionError::Internal("no source was read".into())),
     };
@@ -721,7 +725,12 @@ async fn reconcile_policy(
         }
         PromotionMode::PullRequest => {
             let edits = promotion::plan_target_edits(&read.target_files, &target, &candidate)
-                .map_err(PromotionError::TargetNotFound)?;
+                .map_err(|e| {
+                    PromotionError::TargetNotFound(TargetError::Edit {
+                        field: "spec.to.path",
+                        problem: e,
+                    })
+                })?;
             let message = render::commit_message(&candidate, &edits.changes, text_ctx);
             let planner = Planner {
                 decision,

@@ -7,7 +7,7 @@
 #[cfg(test)]
 use super::fixtures::policy;
 use super::shared::Shared;
-use crate::error::{PromotionError, SpecError};
+use crate::error::{MissingPath, PromotionError, SourceError, SpecError, TargetError};
 use std::sync::Arc;
 
 use imagewatch_crd::{ImageWatch, PromotionPolicy, promotion::PromotionMode};
@@ -419,8 +419,12 @@ pub(super) async fn read_git(
         let target_files = match repo.read_files_under(base_head, &to_path) {
             Ok(files) => utf8_files(files),
             Err(GitError::PathNotFound { .. }) => {
-                return Err(PromotionError::TargetNotFound(format!(
-                    "spec.to.path {to_path:?} does not exist on branch {base}"
+                return Err(PromotionError::TargetNotFound(TargetError::PathNotFound(
+                    MissingPath {
+                        field: "spec.to.path",
+                        path: to_path,
+                        branch: base,
+                    },
                 )));
             }
             Err(e) => return Err(e.into()),
@@ -432,8 +436,12 @@ pub(super) async fn read_git(
                 let files = match repo.read_files_under(source_head, path) {
                     Ok(files) => utf8_files(files),
                     Err(GitError::PathNotFound { .. }) => {
-                        return Err(PromotionError::SourceNotReady(format!(
-                            "spec.from.path {path:?} does not exist on branch {source_branch}"
+                        return Err(PromotionError::SourceNotReady(SourceError::PathNotFound(
+                            MissingPath {
+                                field: "spec.from.path",
+                                path: path.clone(),
+                                branch: source_branch,
+                            },
                         )));
                     }
                     Err(e) => return Err(e.into()),
