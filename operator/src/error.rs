@@ -46,7 +46,7 @@ pub enum ReconcileError {
     TargetNotFound(TargetError),
     /// The watch's group has no common tag yet, or a member is unusable.
     #[error("{0}")]
-    WaitingForGroup(String),
+    WaitingForGroup(GroupWait),
     /// A pattern image's registry does not list its repositories to us.
     #[error("{0}")]
     CatalogUnavailable(String),
@@ -482,6 +482,61 @@ impl SourceError {
         Self::Unusable {
             field,
             problem: problem.into(),
+        }
+    }
+}
+
+/// Why a watch of a group (`spec.group`) waits: the group, and the tags or the member it
+/// waits for.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupWait {
+    /// No tag is common to every member yet.
+    #[error("{}", imagewatch_engine::group::waiting_message(.group, .decision))]
+    NoCommonTag {
+        /// The group.
+        group: String,
+        /// What the group decided: who lacks which tag.
+        decision: imagewatch_engine::group::GroupDecision,
+    },
+    /// A member cannot be prepared: its spec, its Secret or its registry failed.
+    #[error("group {group}: member {member} is not usable: {error}")]
+    MemberUnusable {
+        /// The group.
+        group: String,
+        /// The member's name.
+        member: String,
+        /// Why.
+        error: Box<ReconcileError>,
+    },
+    /// A member cannot take the group's tag: no manifest, a platform missing, its registry
+    /// failed.
+    #[error("group {group}: member {member}: {error}")]
+    Member {
+        /// The group.
+        group: String,
+        /// The member's name.
+        member: String,
+        /// Why.
+        error: Box<ReconcileError>,
+    },
+}
+
+impl GroupWait {
+    /// `member` of `group` cannot be prepared, for `error`.
+    pub fn unusable(group: &str, member: String, error: ReconcileError) -> Self {
+        Self::MemberUnusable {
+            group: group.to_string(),
+            member,
+            error: Box::new(error),
+        }
+    }
+
+    /// `member` of `group` cannot take the group's tag, for `error`.
+    pub fn member(group: &str, member: String, error: ReconcileError) -> Self {
+        Self::Member {
+            group: group.to_string(),
+            member,
+            error: Box::new(error),
         }
     }
 }

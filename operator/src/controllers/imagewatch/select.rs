@@ -16,7 +16,7 @@ use super::scan::{Prepared, ScanContext, prepare};
 use super::write::write_request;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
-use crate::error::NoTag;
+use crate::error::{GroupWait, NoTag};
 use crate::policy;
 use crate::writer::WriteRequest;
 
@@ -115,9 +115,10 @@ pub(super) async fn group_choice(
         match prepare(other, &ctx.dereference, &ctx.scan).await {
             Ok(p) => prepared.push(p),
             Err(e) => {
-                return Err(ReconcileError::WaitingForGroup(format!(
-                    "group {group}: member {} is not usable: {e}",
-                    other.name_any()
+                return Err(ReconcileError::WaitingForGroup(GroupWait::unusable(
+                    group,
+                    other.name_any(),
+                    e,
                 )));
             }
         }
@@ -137,26 +138,24 @@ pub(super) async fn group_choice(
         .collect();
     let decision = imagewatch_engine::group::decide(&members);
     let Some(tag) = decision.tag.clone() else {
-        return Err(ReconcileError::WaitingForGroup(
-            imagewatch_engine::group::waiting_message(group, &decision),
-        ));
+        return Err(ReconcileError::WaitingForGroup(GroupWait::NoCommonTag {
+            group: group.to_string(),
+            decision,
+        }));
     };
     let waiting = (!decision.waiting_for.is_empty())
         .then(|| imagewatch_engine::group::waiting_message(group, &decision));
     let mut requests = Vec::new();
     for p in &prepared {
         let digest = p.confirmed_digest(&ctx.scan, &tag).await.map_err(|e| {
-            ReconcileError::WaitingForGroup(format!(
-                "group {group}: member {}: {e}",
-                p.watch.name_any()
-            ))
+            ReconcileError::WaitingForGroup(GroupWait::member(group, p.watch.name_any(), e))
         })?;
         // A member's own spec.tags.platforms holds for the tag written for it here too.
         if let Some(refused) = p.platform_refusal(&ctx.scan, &tag, &digest).await? {
-            return Err(ReconcileError::WaitingForGroup(format!(
-                "group {group}: member {}: {}",
+            return Err(ReconcileError::WaitingForGroup(GroupWait::member(
+                group,
                 p.watch.name_any(),
-                refused.message()
+                ReconcileError::Refused(Box::new(refused)),
             )));
         }
         requests.push(
