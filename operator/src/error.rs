@@ -49,7 +49,7 @@ pub enum ReconcileError {
     WaitingForGroup(GroupWait),
     /// A pattern image's registry does not list its repositories to us.
     #[error("{0}")]
-    CatalogUnavailable(String),
+    CatalogUnavailable(CatalogError),
     /// The object's namespace may not use what it names (see `allow.rs`); nothing was read
     /// or written.
     #[error("{0}")]
@@ -541,6 +541,36 @@ impl GroupWait {
     }
 }
 
+/// Why the repositories of a pattern image's registry cannot be listed: the registry, the
+/// pattern and the registry's answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// ECR (through the operator's AWS identity) refused `ecr:DescribeRepositories`.
+    #[error(
+        "cannot list the repositories of {registry} for pattern {pattern} (ecr:DescribeRepositories: {error}); allow ecr:DescribeRepositories to the operator's AWS identity"
+    )]
+    Ecr {
+        /// The registry.
+        registry: String,
+        /// The pattern, under the registry.
+        pattern: String,
+        /// ECR's answer.
+        error: Box<crate::registry::RegistryError>,
+    },
+    /// The registry does not serve `GET /v2/_catalog` to these credentials.
+    #[error(
+        "registry {registry} does not list its repositories to these credentials (GET /v2/_catalog: {error}); a pattern image needs a registry that serves the catalog, or ECR"
+    )]
+    Catalog {
+        /// The registry.
+        registry: String,
+        /// The pattern, under the registry.
+        pattern: String,
+        /// The registry's answer.
+        error: Box<crate::registry::RegistryError>,
+    },
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -894,6 +924,17 @@ mod tests {
         assert_eq!(other.category(), "git");
     }
 
+    fn unlisted_catalog() -> CatalogError {
+        CatalogError::Catalog {
+            registry: "registry.example".into(),
+            pattern: "team/*".into(),
+            error: Box::new(crate::registry::RegistryError::Unauthorized {
+                registry: "registry.example".into(),
+                message: "denied".into(),
+            }),
+        }
+    }
+
     #[test]
     fn each_error_says_who_can_fix_it() {
         use Category::*;
@@ -931,7 +972,10 @@ mod tests {
                 }),
                 Transient,
             ),
-            (ReconcileError::CatalogUnavailable("x".into()), Transient),
+            (
+                ReconcileError::CatalogUnavailable(unlisted_catalog()),
+                Transient,
+            ),
             (ReconcileError::Internal("panicked".into()), Internal),
         ];
         let metrics = crate::telemetry::Metrics::new();
@@ -962,7 +1006,7 @@ mod tests {
 
     #[test]
     fn promotion_keeps_the_reason_and_category_of_a_shared_step() {
-        let shared = PromotionError::from(ReconcileError::CatalogUnavailable("x".into()));
+        let shared = PromotionError::from(ReconcileError::CatalogUnavailable(unlisted_catalog()));
         assert_eq!(shared.reason(), reason::CATALOG_UNAVAILABLE);
         assert_eq!(shared.category(), "catalog_unavailable");
         assert_eq!(shared.fixed_by(), Category::Transient);

@@ -15,7 +15,7 @@ use super::members::PatternImage;
 use super::validate::validate_rules;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
-use crate::error::{NoTag, SpecError};
+use crate::error::{CatalogError, NoTag, SpecError};
 use crate::policy;
 use crate::registry::ecr::EcrTagSource;
 use crate::registry::{Credentials, RegistryClient, RegistryError, RepositoryRef, TagSource};
@@ -181,14 +181,16 @@ pub(super) fn catalog_error(
             }
     );
     match (unlisted, ecr) {
-        (true, true) => ReconcileError::CatalogUnavailable(format!(
-            "cannot list the repositories of {} for pattern {} (ecr:DescribeRepositories: {error}); allow ecr:DescribeRepositories to the operator's AWS identity",
-            pattern.registry, pattern.pattern
-        )),
-        (true, false) => ReconcileError::CatalogUnavailable(format!(
-            "registry {} does not list its repositories to these credentials (GET /v2/_catalog: {error}); a pattern image needs a registry that serves the catalog, or ECR",
-            pattern.registry
-        )),
+        (true, true) => ReconcileError::CatalogUnavailable(CatalogError::Ecr {
+            registry: pattern.registry.clone(),
+            pattern: pattern.pattern.clone(),
+            error: Box::new(error),
+        }),
+        (true, false) => ReconcileError::CatalogUnavailable(CatalogError::Catalog {
+            registry: pattern.registry.clone(),
+            pattern: pattern.pattern.clone(),
+            error: Box::new(error),
+        }),
         (false, _) => ReconcileError::Registry(error),
     }
 }
