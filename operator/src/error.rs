@@ -53,7 +53,7 @@ pub enum ReconcileError {
     /// The object's namespace may not use what it names (see `allow.rs`); nothing was read
     /// or written.
     #[error("{0}")]
-    NotAllowed(String),
+    NotAllowed(Denial),
     /// `spec.verify` or `spec.tags.platforms`: no candidate tag qualifies; the newest one
     /// refused and why.
     #[error("{}", .0.message())]
@@ -571,6 +571,84 @@ pub enum CatalogError {
     },
 }
 
+/// Why a namespace may not use what its object names: the namespace, and the allow-list's
+/// or Argo CD's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denial {
+    /// No rule of the allow-list covers the namespace.
+    #[error(
+        "no rule of the operator's allow-list covers namespace {namespace}: it may use no Git repository or registry"
+    )]
+    NoRule {
+        /// The namespace.
+        namespace: String,
+    },
+    /// The rules covering the namespace do not grant `what`.
+    #[error(
+        "{what} is not allowed for namespace {namespace} by allow-list rule {}",
+        quoted(.rules)
+    )]
+    NotGranted {
+        /// What was asked: `image …`, `Git repository …`, `path … of …`, the AWS identity.
+        what: String,
+        /// The namespace.
+        namespace: String,
+        /// The names of the rules covering it.
+        rules: Vec<String>,
+    },
+    /// The allow-list is configured but cannot be used (not read yet, deleted, invalid), so
+    /// nothing is allowed.
+    #[error("the operator's allow-list ConfigMap {configmap} {problem}")]
+    ListUnusable {
+        /// The ConfigMap's name.
+        configmap: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// With `gitFrom: ArgocdProject`: the AppProject of the Application managing the object
+    /// does not admit it, or cannot be found; `problem` names the Application and AppProject.
+    #[error("{problem}")]
+    Project {
+        /// The object's namespace.
+        namespace: String,
+        /// What the AppProject check found.
+        problem: String,
+    },
+    /// The Argo CD Application an object names does not exist or does not deploy to its
+    /// namespace, so it cannot supply `spec.git`.
+    #[error(
+        "the Argo CD Application {application} named by this object's tracking annotation or \
+         app.kubernetes.io/instance label does not exist or does not deploy to namespace \
+         {namespace}; only an Application whose spec.destination.namespace is {namespace} \
+         (or that lives in {namespace}) can supply spec.git"
+    )]
+    ForeignApplication {
+        /// The Application, `namespace/name`.
+        application: String,
+        /// The object's namespace.
+        namespace: String,
+    },
+}
+
+impl Denial {
+    /// The AppProject check refused an object of `namespace`: `problem`.
+    pub fn project(namespace: &str, problem: impl Into<String>) -> Self {
+        Self::Project {
+            namespace: namespace.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// `"a", "b"`: names quoted, comma-separated.
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -807,7 +885,7 @@ pub enum PromotionError {
     TargetNotFound(TargetError),
     /// The policy's namespace may not use what it names; nothing was read or written.
     #[error("{0}")]
-    NotAllowed(String),
+    NotAllowed(Denial),
     /// Git failed.
     #[error("git: {0}")]
     Git(#[from] GitError),
@@ -924,6 +1002,12 @@ mod tests {
         assert_eq!(other.category(), "git");
     }
 
+    fn no_rule() -> Denial {
+        Denial::NoRule {
+            namespace: "team-a".into(),
+        }
+    }
+
     fn unlisted_catalog() -> CatalogError {
         CatalogError::Catalog {
             registry: "registry.example".into(),
@@ -957,7 +1041,7 @@ mod tests {
                 ReconcileError::TargetNotFound(TargetError::NoApplicationApi),
                 User,
             ),
-            (ReconcileError::NotAllowed("x".into()), User),
+            (ReconcileError::NotAllowed(no_rule()), User),
             (
                 ReconcileError::Git(GitError::AuthFailed {
                     url: "https://git.example/r.git".into(),
@@ -979,7 +1063,7 @@ mod tests {
             (ReconcileError::Internal("panicked".into()), Internal),
         ];
         let metrics = crate::telemetry::Metrics::new();
-        ReconcileError::NotAllowed("x".into()).count(&metrics, "imagewatch");
+        ReconcileError::NotAllowed(no_rule()).count(&metrics, "imagewatch");
         let text = metrics.render();
         assert!(
             text.contains(
@@ -997,7 +1081,7 @@ mod tests {
         for stalled in [
             ReconcileError::InvalidSpec(SpecError::NoGitRepository),
             ReconcileError::TargetNotFound(TargetError::NoApplicationApi),
-            ReconcileError::NotAllowed("x".into()),
+            ReconcileError::NotAllowed(no_rule()),
         ] {
             assert!(stalled.is_stalled());
             assert_eq!(stalled.fixed_by(), User);

@@ -17,7 +17,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use crate::error::{CredentialsError, ReconcileError, SpecError, TargetError};
+use crate::error::{CredentialsError, Denial, ReconcileError, SpecError, TargetError};
 use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
@@ -83,12 +83,10 @@ pub fn deploys_to(app_namespace: &str, app: &serde_json::Value, namespace: &str)
 /// The refusal of an Application that does not exist or does not deploy to `namespace`:
 /// the same words either way, so a tenant learns nothing about other tenants' Applications.
 fn not_deploying_here(app_ns: &str, name: &str, namespace: &str) -> ReconcileError {
-    ReconcileError::NotAllowed(format!(
-        "the Argo CD Application {app_ns}/{name} named by this object's tracking annotation or \
-         app.kubernetes.io/instance label does not exist or does not deploy to namespace \
-         {namespace}; only an Application whose spec.destination.namespace is {namespace} \
-         (or that lives in {namespace}) can supply spec.git"
-    ))
+    ReconcileError::NotAllowed(Denial::ForeignApplication {
+        application: format!("{app_ns}/{name}"),
+        namespace: namespace.to_string(),
+    })
 }
 
 /// Picks the credentials Secret with the longest `url-prefix` matching `url` (pure).
