@@ -69,7 +69,7 @@ pub enum ReconcileError {
     Kube(#[from] kube::Error),
     /// A blocking task panicked or was cancelled.
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(InternalError),
 }
 
 /// What of a spec cannot be acted on: the field at fault and what is wrong with it.
@@ -649,6 +649,46 @@ fn quoted(names: &[String]) -> String {
         .join(", ")
 }
 
+/// A failure of the operator itself: a task that did not answer, or a step that found
+/// what an earlier one ruled out.
+#[derive(Debug, thiserror::Error)]
+pub enum InternalError {
+    /// The git writer did not take the work, stopped before answering, or its task failed.
+    #[error(transparent)]
+    Writer(Box<WriteError>),
+    /// A blocking task panicked or was cancelled.
+    #[error("{what} task: {error}")]
+    Task {
+        /// What the task did (`git`).
+        what: &'static str,
+        /// How it ended.
+        error: tokio::task::JoinError,
+    },
+    /// The writer answered a batch without the first request's result.
+    #[error("no write result")]
+    NoWriteResult,
+    /// A pattern member's outcome before its reconcile.
+    #[error("not reconciled")]
+    NotReconciled,
+    /// A pinned or followed digest is to be written, but none was confirmed.
+    #[error("no digest of {image}:{tag} to write")]
+    NoDigest {
+        /// The image.
+        image: String,
+        /// The tag.
+        tag: String,
+    },
+    /// The planned edits, planned again on the branch's head, change nothing.
+    #[error("the planned edits change nothing")]
+    NothingToCommit,
+    /// Neither the watches nor `spec.from.path` were read as the source.
+    #[error("no source was read")]
+    NoSource,
+    /// A deleted policy's pull request names no repository that can be found.
+    #[error("the repository is unknown")]
+    UnknownRepository,
+}
+
 /// Who can fix a failed reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -766,7 +806,7 @@ impl From<WriteError> for ReconcileError {
                 Self::InvalidSpec(SpecError::Path(Box::new(e)))
             }
             e @ (WriteError::NotAccepting | WriteError::Stopped | WriteError::Task(_)) => {
-                Self::Internal(e.to_string())
+                Self::Internal(InternalError::Writer(Box::new(e)))
             }
         }
     }
@@ -897,7 +937,7 @@ pub enum PromotionError {
     Kube(#[from] kube::Error),
     /// A blocking task failed.
     #[error("internal: {0}")]
-    Internal(String),
+    Internal(InternalError),
     /// Any other failure of the steps promotion shares with the ImageWatch controller
     /// (registry, signatures, catalogs, …), with its own reason and category.
     #[error("{0}")]
@@ -1060,7 +1100,10 @@ mod tests {
                 ReconcileError::CatalogUnavailable(unlisted_catalog()),
                 Transient,
             ),
-            (ReconcileError::Internal("panicked".into()), Internal),
+            (
+                ReconcileError::Internal(InternalError::NoWriteResult),
+                Internal,
+            ),
         ];
         let metrics = crate::telemetry::Metrics::new();
         ReconcileError::NotAllowed(no_rule()).count(&metrics, "imagewatch");
@@ -1094,7 +1137,7 @@ mod tests {
         assert_eq!(shared.reason(), reason::CATALOG_UNAVAILABLE);
         assert_eq!(shared.category(), "catalog_unavailable");
         assert_eq!(shared.fixed_by(), Category::Transient);
-        let internal = PromotionError::from(ReconcileError::Internal("panicked".into()));
+        let internal = PromotionError::from(ReconcileError::Internal(InternalError::NoWriteResult));
         assert_eq!(internal.reason(), "InternalError");
         assert_eq!(internal.fixed_by(), Category::Internal);
         let waiting =

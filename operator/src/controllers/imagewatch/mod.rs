@@ -58,7 +58,7 @@ use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
-use crate::error::SpecError;
+use crate::error::{InternalError, SpecError};
 use crate::scan::index::CatalogKey;
 use crate::sources::routing::{PushStages, Stage};
 use crate::writer::WriteRequest;
@@ -474,7 +474,7 @@ async fn plan_member(
         pull_request: None,
         refused: None,
         stages: None,
-        outcome: Err(ReconcileError::Internal("not reconciled".into())),
+        outcome: Err(ReconcileError::Internal(InternalError::NotReconciled)),
     };
     let repo = RepositoryRef {
         registry: pattern.registry.clone(),
@@ -618,7 +618,7 @@ async fn reconcile_single(
             let mut results = results.into_iter().map(|r| r.map_err(ReconcileError::from));
             let own = results
                 .next()
-                .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+                .unwrap_or_else(|| Err(ReconcileError::Internal(InternalError::NoWriteResult)))?;
             for other in results {
                 if let Err(e) = other {
                     tracing::warn!(watch = %watch.name_any(), error = %e, "a group member's write failed");

@@ -16,7 +16,7 @@ use super::scan::{Prepared, ScanContext, prepare};
 use super::write::write_request;
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
-use crate::error::{GroupWait, NoTag};
+use crate::error::{GroupWait, InternalError, NoTag};
 use crate::policy;
 use crate::writer::WriteRequest;
 
@@ -342,10 +342,12 @@ pub(super) fn image_for(
         (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
             Ok(format!("{}:{}@{}", me.image, tag, digest))
         }
-        (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
-            "no digest of {}:{tag} to write",
-            me.image
-        ))),
+        (DigestMode::Pin | DigestMode::Follow, None) => {
+            Err(ReconcileError::Internal(InternalError::NoDigest {
+                image: me.image.clone(),
+                tag: tag.to_string(),
+            }))
+        }
     }
 }
 

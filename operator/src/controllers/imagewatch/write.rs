@@ -17,7 +17,7 @@ use super::scan::Prepared;
 use super::status::tag_of;
 use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader, WorkSlots};
-use crate::error::SpecError;
+use crate::error::{InternalError, SpecError};
 use crate::manifests::{EditOptions, ImageChange};
 use crate::telemetry::Metrics;
 use crate::writer::{GitChangeGuard, GitWriter, WriteRequest, WriteResult};
@@ -167,7 +167,7 @@ pub(super) async fn write_and_propose(
         .map(|r| r.map_err(ReconcileError::from));
     let write = results
         .next()
-        .unwrap_or_else(|| Err(ReconcileError::Internal("no write result".into())))?;
+        .unwrap_or_else(|| Err(ReconcileError::Internal(InternalError::NoWriteResult)))?;
     let mut members = vec![(write.desired.clone(), write.file.clone())];
     for other in results {
         match other {

@@ -6,7 +6,7 @@
 use super::decide::Decision;
 use super::read::{Location, utf8_files};
 use super::shared::Shared;
-use crate::error::{PromotionError, SpecError};
+use crate::error::{InternalError, PromotionError, SpecError};
 use std::sync::Arc;
 
 use imagewatch_crd::PromotionPolicy;
@@ -220,8 +220,8 @@ pub(super) async fn push_pull_request_branch(
     match result.outcome {
         CommitOutcome::Pushed { commit } => Ok((commit, true)),
         CommitOutcome::AlreadyPushed { head } => Ok((head, false)),
-        CommitOutcome::NothingToDo { .. } => Err(PromotionError::Internal(
-            "the planned edits change nothing".into(),
-        )),
+        CommitOutcome::NothingToDo { .. } => {
+            Err(PromotionError::Internal(InternalError::NothingToCommit))
+        }
     }
 }

@@ -7,7 +7,7 @@ use super::deliver::{DeliverContext, forge_client};
 use super::fixtures::{outcome, policy, pr, t};
 use super::read::{ReadContext, list_source_watches, target_repository};
 use super::shared::Shared;
-use crate::error::PromotionError;
+use crate::error::{InternalError, PromotionError};
 use imagewatch_engine::status::truncate;
 use std::{collections::HashMap, time::Duration};
 
@@ -216,7 +216,7 @@ pub(super) async fn close_recorded(
             Ok(forge) => forge,
             Err(PromotionError::Forge(ForgeError::InvalidConfig(_))) if git_url.is_err() => {
                 return Err(git_url.err().unwrap_or_else(|| {
-                    PromotionError::Internal("the repository is unknown".into())
+                    PromotionError::Internal(InternalError::UnknownRepository)
                 }));
             }
             Err(e) => return Err(e),

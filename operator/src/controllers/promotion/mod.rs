@@ -50,7 +50,7 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
-use crate::error::{SourceError, SpecError, TargetError};
+use crate::error::{InternalError, SourceError, SpecError, TargetError};
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -581,7 +581,7 @@ async fn reconcile_policy(
                 PromotionError::SourceNotReady(SourceError::unusable("spec.from.path", e))
             })?
         }
-        (None, None) => return Err(PromotionError::Internal("no source was read".into())),
+        (None, None) => return Err(PromotionError::Internal(InternalError::NoSource)),
     };
     // gates.soakSince FirstApplied: the newest state of from.path first applied a soak ago.
     let (source_state, soaked) = match soak_from_history(spec, &gates_spec, &read)? {

@@ -7,7 +7,9 @@
 #[cfg(test)]
 use super::fixtures::policy;
 use super::shared::Shared;
-use crate::error::{MissingPath, PromotionError, SourceError, SpecError, TargetError};
+use crate::error::{
+    InternalError, MissingPath, PromotionError, SourceError, SpecError, TargetError,
+};
 use std::sync::Arc;
 
 use imagewatch_crd::{ImageWatch, PromotionPolicy, promotion::PromotionMode};
@@ -369,7 +371,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 ) -> Result<T, PromotionError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| PromotionError::Internal(format!("git task: {e}")))?
+        .map_err(|error| PromotionError::Internal(InternalError::Task { what: "git", error }))?
 }
 
 /// Reads what the decision needs from Git.
