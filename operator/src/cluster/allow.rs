@@ -31,6 +31,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::error::Denial;
+
 /// Where Git allowances come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 pub enum GitFrom {
@@ -140,13 +142,13 @@ impl Check {
     }
 }
 
-/// A refusal: which check, and a message naming the rule.
+/// A refusal: which check, and why (naming the rule).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// The check that refused.
     pub check: Check,
     /// What to tell the object's owner.
-    pub message: String,
+    pub denial: Denial,
 }
 
 impl AllowList {
@@ -186,19 +188,19 @@ impl AllowList {
         if rules.is_empty() {
             return Err(Refusal {
                 check: Check::Namespace,
-                message: format!(
-                    "no rule of the operator's allow-list covers namespace {ns}: it may use no Git repository or registry"
-                ),
+                denial: Denial::NoRule {
+                    namespace: ns.to_string(),
+                },
             });
         }
-        let names = rules
-            .iter()
-            .map(|r| format!("{:?}", r.name))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let names: Vec<String> = rules.iter().map(|r| r.name.clone()).collect();
         let by = |what: String, check: Check| Refusal {
             check,
-            message: format!("{what} is not allowed for namespace {ns} by allow-list rule {names}"),
+            denial: Denial::NotGranted {
+                what,
+                namespace: ns.to_string(),
+                rules: names.clone(),
+            },
         };
         if ask.aws && !rules.iter().any(|r| r.aws) {
             return Err(by(
@@ -476,14 +478,14 @@ rules:
         let refused = list.decide(&other_repo, &none).unwrap_err();
         assert_eq!(refused.check, Check::GitUrl);
         assert!(
-            refused.message.contains("\"team-a\""),
+            refused.denial.to_string().contains("\"team-a\""),
             "{}",
-            refused.message
+            refused.denial
         );
         assert!(
-            refused.message.contains("team-b/manifests.git"),
+            refused.denial.to_string().contains("team-b/manifests.git"),
             "{}",
-            refused.message
+            refused.denial
         );
 
         let mut other_path = ask("team-a");
@@ -511,7 +513,11 @@ rules:
 
         let refused = list.decide(&ask("team-b"), &none).unwrap_err();
         assert_eq!(refused.check, Check::Namespace);
-        assert!(refused.message.contains("team-b"), "{}", refused.message);
+        assert!(
+            refused.denial.to_string().contains("team-b"),
+            "{}",
+            refused.denial
+        );
     }
 
     #[test]

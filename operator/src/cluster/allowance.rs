@@ -17,7 +17,7 @@ use kube::{
 };
 
 use crate::cluster::allow::{AllowList, Ask, Check, GitFrom};
-use crate::error::ReconcileError;
+use crate::error::{Denial, ReconcileError};
 use crate::telemetry::{Metrics, NotAllowedLabels};
 use crate::ttl_cache::TtlCache;
 
@@ -30,9 +30,9 @@ enum State {
     /// No allow-list configured: everything is allowed.
     Off,
     /// Configured but not read yet: nothing is allowed.
-    Pending(String),
+    Pending(Denial),
     /// Configured but deleted or unparsable: nothing is allowed.
-    Unusable(String),
+    Unusable(Denial),
     /// The list in force.
     Loaded(Arc<AllowList>),
 }
@@ -56,9 +56,7 @@ impl Allowance {
     /// An allowance fed from ConfigMap `name`: nothing is allowed until it is read.
     pub fn expecting(name: &str) -> Self {
         Self {
-            state: RwLock::new(State::Pending(format!(
-                "the operator's allow-list ConfigMap {name} has not been read yet"
-            ))),
+            state: RwLock::new(State::Pending(unusable(name, "has not been read yet"))),
             ..Self::default()
         }
     }
@@ -85,18 +83,12 @@ impl Allowance {
     /// Applies the ConfigMap's content (None: deleted).
     pub fn load(&self, name: &str, configmap: Option<&ConfigMap>) {
         let state = match configmap {
-            None => State::Unusable(format!(
-                "the operator's allow-list ConfigMap {name} does not exist"
-            )),
+            None => State::Unusable(unusable(name, "does not exist")),
             Some(cm) => match cm.data.as_ref().and_then(|d| d.get(CONFIGMAP_KEY)) {
-                None => State::Unusable(format!(
-                    "the operator's allow-list ConfigMap {name} has no key {CONFIGMAP_KEY}"
-                )),
+                None => State::Unusable(unusable(name, format!("has no key {CONFIGMAP_KEY}"))),
                 Some(text) => match AllowList::parse(text) {
                     Ok(list) => State::Loaded(Arc::new(list)),
-                    Err(e) => State::Unusable(format!(
-                        "the operator's allow-list ConfigMap {name} is invalid: {e}"
-                    )),
+                    Err(e) => State::Unusable(unusable(name, format!("is invalid: {e}"))),
                 },
             },
         };
@@ -138,7 +130,7 @@ impl Allowance {
             BTreeMap::new()
         };
         if let Err(refusal) = list.decide(&ask, &labels) {
-            return Err(refuse(metrics, kind, refusal.check, refusal.message));
+            return Err(refuse(metrics, kind, refusal.check, refusal.denial));
         }
         if list.git_from == GitFrom::ArgocdProject
             && let Some((url, _)) = &ask.git
@@ -148,12 +140,20 @@ impl Allowance {
                     metrics,
                     kind,
                     Check::Project,
-                    "the allow-list takes Git allowances from Argo CD AppProjects, and this object names no Argo CD Application".to_string(),
+                    Denial::project(
+                        ask.namespace,
+                        "the allow-list takes Git allowances from Argo CD AppProjects, and this object names no Argo CD Application",
+                    ),
                 )
             })?;
-            check_project(client, &project, url)
-                .await
-                .map_err(|m| refuse(metrics, kind, Check::Project, m))?;
+            check_project(client, &project, url).await.map_err(|m| {
+                refuse(
+                    metrics,
+                    kind,
+                    Check::Project,
+                    Denial::project(ask.namespace, m),
+                )
+            })?;
         }
         Ok(())
     }
@@ -177,7 +177,10 @@ impl Allowance {
         }
         check_destinations(client, &project, url, path)
             .await
-            .map_err(|m| refuse(metrics, "PromotionPolicy", Check::Project, m))
+            .map_err(|m| {
+                let denial = Denial::project(project.namespace, m);
+                refuse(metrics, "PromotionPolicy", Check::Project, denial)
+            })
     }
 
     async fn namespace_labels(
@@ -200,7 +203,15 @@ impl Allowance {
     }
 }
 
-fn refuse(metrics: &Metrics, kind: &str, check: Check, message: String) -> ReconcileError {
+/// The allow-list ConfigMap `name` cannot be used: `problem`.
+fn unusable(name: &str, problem: impl Into<String>) -> Denial {
+    Denial::ListUnusable {
+        configmap: name.to_string(),
+        problem: problem.into(),
+    }
+}
+
+fn refuse(metrics: &Metrics, kind: &str, check: Check, denial: Denial) -> ReconcileError {
     metrics
         .not_allowed
         .get_or_create(&NotAllowedLabels {
@@ -208,7 +219,7 @@ fn refuse(metrics: &Metrics, kind: &str, check: Check, message: String) -> Recon
             check: check.label().to_string(),
         })
         .inc();
-    ReconcileError::NotAllowed(message)
+    ReconcileError::NotAllowed(denial)
 }
 
 /// Where to find the AppProject of the object's managing Application.

@@ -17,7 +17,7 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams},
 };
 
-use crate::error::ReconcileError;
+use crate::error::{CredentialsError, Denial, ReconcileError, SpecError, TargetError};
 use crate::ttl_cache::TtlCache;
 
 /// Annotation Argo CD writes with annotation-based resource tracking.
@@ -83,12 +83,10 @@ pub fn deploys_to(app_namespace: &str, app: &serde_json::Value, namespace: &str)
 /// The refusal of an Application that does not exist or does not deploy to `namespace`:
 /// the same words either way, so a tenant learns nothing about other tenants' Applications.
 fn not_deploying_here(app_ns: &str, name: &str, namespace: &str) -> ReconcileError {
-    ReconcileError::NotAllowed(format!(
-        "the Argo CD Application {app_ns}/{name} named by this object's tracking annotation or \
-         app.kubernetes.io/instance label does not exist or does not deploy to namespace \
-         {namespace}; only an Application whose spec.destination.namespace is {namespace} \
-         (or that lives in {namespace}) can supply spec.git"
-    ))
+    ReconcileError::NotAllowed(Denial::ForeignApplication {
+        application: format!("{app_ns}/{name}"),
+        namespace: namespace.to_string(),
+    })
 }
 
 /// Picks the credentials Secret with the longest `url-prefix` matching `url` (pure).
@@ -124,11 +122,8 @@ pub async fn resolve(
     labels: &std::collections::BTreeMap<String, String>,
     target_path: Option<&str>,
 ) -> Result<(ApplicationSource, Option<String>), ReconcileError> {
-    let key = managing_application(annotations, labels).ok_or_else(|| {
-        ReconcileError::InvalidSpec(
-            "spec.git is not set and no Argo CD Application manages this object (no tracking annotation or app.kubernetes.io/instance label)".to_string(),
-        )
-    })?;
+    let key = managing_application(annotations, labels)
+        .ok_or_else(|| ReconcileError::InvalidSpec(SpecError::NoGitRepository))?;
     let app_ns = key
         .namespace
         .clone()
@@ -140,19 +135,25 @@ pub async fn resolve(
         Ok(_) => return Err(not_deploying_here(&app_ns, &key.name, namespace)),
         Err(kube::Error::Api(s)) if s.code == 404 => {
             return Err(ReconcileError::TargetNotFound(
-                "spec.git is not set and the Argo CD Application API is not installed".to_string(),
+                TargetError::NoApplicationApi,
             ));
         }
         Err(e) => return Err(e.into()),
     };
     let application = imagewatch_engine::argocd::Application::parse(&app_ns, &key.name, &app.data);
     let source = imagewatch_engine::argocd::git_source(&application, target_path).map_err(|e| {
-        ReconcileError::InvalidSpec(format!("Argo CD Application {app_ns}/{}: {e}", key.name))
+        ReconcileError::InvalidSpec(SpecError::invalid(
+            format!("Argo CD Application {app_ns}/{}", key.name),
+            e,
+        ))
     })?;
     crate::git::check_tenant_url(&source.repo_url).map_err(|e| {
-        ReconcileError::InvalidSpec(format!(
-            "Argo CD Application {app_ns}/{} spec.source.repoURL: {e}",
-            key.name
+        ReconcileError::InvalidSpec(SpecError::invalid(
+            format!(
+                "Argo CD Application {app_ns}/{} spec.source.repoURL",
+                key.name
+            ),
+            e,
         ))
     })?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -163,11 +164,10 @@ pub async fn resolve(
             // The default install may not list Secrets (least privilege): say which chart
             // value grants it instead of an internal error.
             kube::Error::Api(status) if status.code == 403 => {
-                ReconcileError::CredentialsNotFound(format!(
-                    "the operator may not list the Secrets labelled {CREDENTIALS_LABEL}=true in \
-                     {namespace} that hold Git credentials for a watch without spec.git: set the \
-                     chart value rbac.gitFromArgocd=true, or set spec.git with a secretRef"
-                ))
+                ReconcileError::CredentialsNotFound(CredentialsError::CannotListLabelled {
+                    label: CREDENTIALS_LABEL,
+                    namespace: namespace.to_string(),
+                })
             }
             e => e.into(),
         })?;

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::Api;
 
-use crate::error::ReconcileError;
+use crate::error::{CredentialsError, NamedSecret, ReconcileError, SpecError};
 use crate::ttl_cache::TtlCache;
 use crate::{
     git::{
@@ -83,15 +83,16 @@ async fn read_secret(
     ctx: &impl SecretAccess,
     namespace: &str,
     name: &str,
-    purpose: &str,
+    purpose: &'static str,
 ) -> Result<SecretData, ReconcileError> {
     if !is_secret_name(name) {
         // A name with '/' would become a subresource request, `..` another path: refuse it
         // before it reaches the API.
-        return Err(ReconcileError::InvalidSpec(format!(
-            "{purpose} secretRef.name {name:?} is not a Secret name: it must be a DNS subdomain \
-             name (lower-case letters, digits, '-' and '.') of a Secret in namespace {namespace}"
-        )));
+        return Err(ReconcileError::InvalidSpec(SpecError::NotASecretName {
+            purpose,
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        }));
     }
     let key = (namespace.to_string(), name.to_string());
     let api: Api<Secret> = Api::namespaced(ctx.client().clone(), namespace);
@@ -101,9 +102,11 @@ async fn read_secret(
     };
     match ctx.secret_cache().get_or_read(&key, read).await? {
         Some(data) => Ok(data),
-        None => Err(ReconcileError::CredentialsNotFound(format!(
-            "{purpose} Secret {namespace}/{name} not found"
-        ))),
+        None => Err(ReconcileError::CredentialsNotFound(
+            CredentialsError::NotFound {
+                secret: NamedSecret::new(purpose, namespace, name),
+            },
+        )),
     }
 }
 
@@ -139,18 +142,24 @@ pub async fn registry_credentials(
         .get(".dockerconfigjson")
         .or_else(|| data.get(".dockercfg"))
     else {
-        return Err(ReconcileError::CredentialsNotFound(format!(
-            "registry Secret {namespace}/{name} has no .dockerconfigjson key"
-        )));
+        return Err(ReconcileError::CredentialsNotFound(
+            CredentialsError::MissingKey {
+                secret: NamedSecret::new("registry", namespace, name),
+                key: ".dockerconfigjson",
+            },
+        ));
     };
     match crate::registry::from_dockerconfigjson(&json.0, registry_host) {
         Ok(Some(creds)) => Ok(creds),
-        Ok(None) => Err(ReconcileError::CredentialsNotFound(format!(
-            "registry Secret {namespace}/{name} has no entry for {registry_host}"
-        ))),
-        Err(e) => Err(ReconcileError::CredentialsNotFound(format!(
-            "registry Secret {namespace}/{name}: {e}"
-        ))),
+        Ok(None) => Err(ReconcileError::CredentialsNotFound(
+            CredentialsError::NoEntryFor {
+                secret: NamedSecret::new("registry", namespace, name),
+                registry: registry_host.to_string(),
+            },
+        )),
+        Err(e) => Err(ReconcileError::CredentialsNotFound(
+            CredentialsError::unusable(NamedSecret::new("registry", namespace, name), e),
+        )),
     }
 }
 
@@ -165,20 +174,25 @@ pub async fn cosign_keys(
     let mut keys = Vec::new();
     for (key, value) in data.iter() {
         let text = String::from_utf8(value.0.clone()).map_err(|_| {
-            ReconcileError::CredentialsNotFound(format!(
-                "cosign Secret {namespace}/{name}: key {key} is not PEM text"
-            ))
+            ReconcileError::CredentialsNotFound(CredentialsError::NotText {
+                secret: NamedSecret::new("cosign", namespace, name),
+                key: key.clone(),
+            })
         })?;
         keys.extend(crate::signature::parse_keys(&text).map_err(|e| {
-            ReconcileError::CredentialsNotFound(format!(
-                "cosign Secret {namespace}/{name}: key {key}: {e}"
-            ))
+            ReconcileError::CredentialsNotFound(CredentialsError::BadValue {
+                secret: NamedSecret::new("cosign", namespace, name),
+                key: key.clone(),
+                error: e.into(),
+            })
         })?);
     }
     if keys.is_empty() {
-        return Err(ReconcileError::CredentialsNotFound(format!(
-            "cosign Secret {namespace}/{name} holds no public key"
-        )));
+        return Err(ReconcileError::CredentialsNotFound(
+            CredentialsError::NoPublicKey {
+                secret: NamedSecret::new("cosign", namespace, name),
+            },
+        ));
     }
     Ok(keys)
 }
@@ -201,9 +215,9 @@ pub async fn git_credentials(
     name: &str,
 ) -> Result<GitAuth, ReconcileError> {
     let data = read_secret(ctx, namespace, name, "git").await?;
-    let described = || format!("git Secret {namespace}/{name}");
+    let described = || NamedSecret::new("git", namespace, name);
     let secret = git_secret_from_data(&data).map_err(|missing| {
-        ReconcileError::CredentialsNotFound(format!("{}: {missing}", described()))
+        ReconcileError::CredentialsNotFound(CredentialsError::unusable(described(), missing))
     })?;
     match secret {
         GitSecret::Static(auth) => Ok(auth),
@@ -227,19 +241,20 @@ pub async fn forge_token(
     name: &str,
 ) -> Result<String, ReconcileError> {
     let data = read_secret(ctx, namespace, name, "forge").await?;
-    let described = || format!("forge Secret {namespace}/{name}");
+    let described = || NamedSecret::new("forge", namespace, name);
     if let Some(app) = github_app_from_data(&data) {
-        let app =
-            app.map_err(|e| ReconcileError::CredentialsNotFound(format!("{}: {e}", described())))?;
+        let app = app.map_err(|e| {
+            ReconcileError::CredentialsNotFound(CredentialsError::unusable(described(), e))
+        })?;
         return github_app_token(ctx, &app)
             .await
             .map_err(|e| github_app_error(e, &app, &described()));
     }
     text(&data, "token").ok_or_else(|| {
-        ReconcileError::CredentialsNotFound(format!(
-            "{} needs key token, or githubAppID+githubAppInstallationID+githubAppPrivateKey",
-            described()
-        ))
+        ReconcileError::CredentialsNotFound(CredentialsError::Incomplete {
+            secret: described(),
+            needs: "key token, or githubAppID+githubAppInstallationID+githubAppPrivateKey",
+        })
     })
 }
 
@@ -281,12 +296,12 @@ async fn github_app_token(
 pub fn github_app_error(
     e: GithubAppError,
     app: &GithubAppCredentials,
-    secret: &str,
+    secret: &NamedSecret,
 ) -> ReconcileError {
     let url = app.token_url();
     match &e {
         GithubAppError::InvalidConfig(_) | GithubAppError::InvalidKey(_) => {
-            ReconcileError::CredentialsNotFound(format!("{secret}: {e}"))
+            ReconcileError::CredentialsNotFound(CredentialsError::unusable(secret.clone(), e))
         }
         GithubAppError::Unauthorized { .. } | GithubAppError::InstallationNotFound { .. } => {
             ReconcileError::Git(GitError::AuthFailed {
@@ -511,7 +526,7 @@ mod tests {
     fn github_app_failures_get_the_right_reason() {
         use imagewatch_crd::conditions::reason;
         let app = GithubAppCredentials::new("1", "2", KEY, None).unwrap();
-        let secret = "git Secret ns/creds";
+        let secret = &NamedSecret::new("git", "ns", "creds");
         let unauthorized = github_app_error(
             GithubAppError::Unauthorized {
                 app_id: "1".into(),

@@ -25,6 +25,7 @@ use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;
 use crate::controllers::credentials::credential_choice;
 use crate::controllers::{Announcer, Context, SecretReader};
+use crate::error::{CatalogError, GroupWait, SpecError};
 use crate::policy::{self, TagPolicy};
 use crate::registry::ecr::EcrTagSource;
 use crate::registry::{Credentials, RegistryClient, RegistryError, RepositoryRef, is_ecr_host};
@@ -215,9 +216,10 @@ async fn group_members(
                 repo,
             }),
             Err(e) => {
-                return Err(ReconcileError::WaitingForGroup(format!(
-                    "group {group}: member {} is not usable: {e}",
-                    other.name_any()
+                return Err(ReconcileError::WaitingForGroup(GroupWait::unusable(
+                    group,
+                    other.name_any(),
+                    e,
                 )));
             }
         }
@@ -273,14 +275,16 @@ fn catalog_error(error: RegistryError, pattern: &PatternImage, ecr: bool) -> Rec
             }
     );
     match (unlisted, ecr) {
-        (true, true) => ReconcileError::CatalogUnavailable(format!(
-            "cannot list the repositories of {} for pattern {} (ecr:DescribeRepositories: {error}); allow ecr:DescribeRepositories to the operator's AWS identity",
-            pattern.registry, pattern.pattern
-        )),
-        (true, false) => ReconcileError::CatalogUnavailable(format!(
-            "registry {} does not list its repositories to these credentials (GET /v2/_catalog: {error}); a pattern image needs a registry that serves the catalog, or ECR",
-            pattern.registry
-        )),
+        (true, true) => ReconcileError::CatalogUnavailable(CatalogError::Ecr {
+            registry: pattern.registry.clone(),
+            pattern: pattern.pattern.clone(),
+            error: Box::new(error),
+        }),
+        (true, false) => ReconcileError::CatalogUnavailable(CatalogError::Catalog {
+            registry: pattern.registry.clone(),
+            pattern: pattern.pattern.clone(),
+            error: Box::new(error),
+        }),
         (false, _) => ReconcileError::Registry(error),
     }
 }
@@ -321,9 +325,11 @@ async fn read_rules(
     let credentials = watch.spec.credentials.clone().unwrap_or_default();
     let (use_ecr, credential_key) = credential_choice(&credentials, &namespace, registry);
     if use_ecr && is_ecr_host(registry).is_none() {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.credentials.provider aws needs an ECR image (<account>.dkr.ecr.<region>.amazonaws.com/…), not {registry}"
-        )));
+        return Err(ReconcileError::InvalidSpec(
+            SpecError::AwsProviderNeedsEcr {
+                registry: registry.to_string(),
+            },
+        ));
     }
 
     // 2. dereference (through ECR's API, the operator's AWS identity: a pull Secret named
@@ -381,7 +387,7 @@ async fn resolve_git(
     let (location, secret) = match &watch.spec.git {
         Some(git) => {
             crate::git::check_tenant_url(&git.url)
-                .map_err(|e| ReconcileError::InvalidSpec(format!("spec.git.url: {e}")))?;
+                .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.git.url", e)))?;
             let location = GitLocation {
                 url: git.url.clone(),
                 branch: git.branch().to_string(),
@@ -511,14 +517,15 @@ pub(crate) async fn signature_keys(
     field: &str,
 ) -> Result<Vec<crate::signature::TrustedKey>, ReconcileError> {
     match (&cosign.secret_ref, &cosign.keyless) {
-        (_, Some(_)) => Err(ReconcileError::InvalidSpec(format!(
-            "{field}.cosign.keyless is not supported yet (it needs Fulcio and Rekor); use \
-             {field}.cosign.secretRef with cosign public keys"
-        ))),
+        (_, Some(_)) => Err(ReconcileError::InvalidSpec(SpecError::KeylessUnsupported {
+            field: field.to_string(),
+        })),
         (Some(secret), None) => secrets::cosign_keys(secrets, namespace, &secret.name).await,
-        (None, None) => Err(ReconcileError::InvalidSpec(format!(
-            "{field}.cosign needs secretRef (a Secret with cosign public keys)"
-        ))),
+        (None, None) => Err(ReconcileError::InvalidSpec(
+            SpecError::CosignWithoutSecretRef {
+                field: field.to_string(),
+            },
+        )),
     }
 }
 

@@ -60,6 +60,7 @@ use crate::controllers::Context;
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
 use crate::controllers::recheck;
+use crate::error::{InternalError, SpecError};
 use crate::registry::RepositoryRef;
 use crate::sources::routing::{PushStages, Stage};
 use crate::{manifests::TargetSpec, telemetry::ReconcileLabels};
@@ -299,7 +300,7 @@ async fn reconcile_single(
     };
     let delivery = deliver(watch, intents, &WriteContext::of(ctx)).await?;
     let Some(Written { result, stages, .. }) = delivery.writes.into_iter().next() else {
-        return Err(ReconcileError::Internal("no write result".into()));
+        return Err(ReconcileError::Internal(InternalError::NoWriteResult));
     };
     Ok(Outcome {
         latest: selection.latest,
@@ -346,7 +347,7 @@ async fn reconcile_pattern(
             pull_request: None,
             refused: None,
             stages: None,
-            outcome: Err(ReconcileError::Internal("not reconciled".into())),
+            outcome: Err(ReconcileError::Internal(InternalError::NotReconciled)),
         };
         let request = member.scanned.and_then(|(me, lookups)| {
             let selection = select(watch, &rules, &me, &lookups)?;
@@ -375,11 +376,10 @@ async fn reconcile_pattern(
     for (i, request) in requests.into_iter().enumerate() {
         match (request, shared[i]) {
             (Some(_), Some(other)) => {
-                results[i].outcome = Err(ReconcileError::InvalidSpec(format!(
-                    "its target is also {}'s: use $1..${} in spec.target so every repository has its own",
-                    results[other].repository,
-                    pattern.wildcards()
-                )));
+                results[i].outcome = Err(ReconcileError::InvalidSpec(SpecError::SharedTarget {
+                    other: results[other].repository.clone(),
+                    wildcards: pattern.wildcards(),
+                }));
             }
             (Some(request), None) => {
                 indices.push(i);

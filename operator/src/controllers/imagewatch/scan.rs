@@ -22,6 +22,7 @@ use super::dereference::{
 use super::members::{self, PatternImage};
 use crate::controllers::Context;
 use crate::controllers::ReconcileError;
+use crate::error::{GroupWait, NoTag};
 use crate::policy;
 use crate::registry::ecr::EcrTagSource;
 use crate::registry::{RegistryClient, RepositoryRef, TagSource};
@@ -283,9 +284,10 @@ async fn scan_group(
         {
             Ok(scan) => scanned.push((member, scan)),
             Err(e) => {
-                return Err(ReconcileError::WaitingForGroup(format!(
-                    "group {name}: member {} is not usable: {e}",
-                    watch.name_any()
+                return Err(ReconcileError::WaitingForGroup(GroupWait::unusable(
+                    &name,
+                    watch.name_any(),
+                    e,
                 )));
             }
         }
@@ -367,9 +369,10 @@ async fn look_up(
         let found = match (look_at(ask, verify, ctx).await, of) {
             (Ok(found), _) => found,
             (Err(e), Some((name, member))) => {
-                return Err(ReconcileError::WaitingForGroup(format!(
-                    "group {name}: member {}: {e}",
-                    member.name_any()
+                return Err(ReconcileError::WaitingForGroup(GroupWait::member(
+                    name,
+                    member.name_any(),
+                    e,
                 )));
             }
             (Err(e), None) => return Err(e),
@@ -378,21 +381,19 @@ async fn look_up(
             // A group member that cannot run the group's tag stops the group.
             Some((name, member)) => {
                 let problem = match (&found.digest, found.refusal()) {
-                    (None, _) => Some(
-                        ReconcileError::tag_not_found(
-                            member.spec.pin.as_deref(),
-                            &scan.image,
-                            &found.tag,
-                        )
-                        .to_string(),
-                    ),
-                    (Some(_), Some(refused)) => Some(refused.message()),
+                    (None, _) => Some(ReconcileError::tag_not_found(
+                        member.spec.pin.as_deref(),
+                        &scan.image,
+                        &found.tag,
+                    )),
+                    (Some(_), Some(refused)) => Some(ReconcileError::Refused(Box::new(refused))),
                     _ => None,
                 };
                 if let Some(problem) = problem {
-                    return Err(ReconcileError::WaitingForGroup(format!(
-                        "group {name}: member {}: {problem}",
-                        member.name_any()
+                    return Err(ReconcileError::WaitingForGroup(GroupWait::member(
+                        name,
+                        member.name_any(),
+                        problem,
                     )));
                 }
                 members.push(found.digest.unwrap_or_default());
@@ -507,10 +508,13 @@ async fn look_at(
             .image_platforms(repo, &digest, &api_creds)
             .await?
         else {
-            return Err(ReconcileError::NoMatchingTags(format!(
-                "tag {} of {} ({digest}) has no manifest",
-                found.tag, me.image
-            )));
+            return Err(ReconcileError::NoMatchingTags(
+                NoTag::DigestWithoutManifest {
+                    image: me.image.clone(),
+                    tag: found.tag.clone(),
+                    digest,
+                },
+            ));
         };
         let missing = imagewatch_engine::platforms::missing(&rules.platforms, &provided);
         if !missing.is_empty() {

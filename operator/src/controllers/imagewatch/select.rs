@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::dereference::Rules;
 use super::scan::{Lookups, RepoScan};
 use crate::controllers::ReconcileError;
+use crate::error::{GroupWait, InternalError, NoTag};
 use crate::policy;
 
 /// The tag a watch (or one member of a pattern) writes (step 4).
@@ -42,9 +43,10 @@ pub(super) fn select(
     let (mut waiting, mut others) = (None, Vec::new());
     if let Some(group) = &lookups.group {
         let Some(tag) = group.decision.tag.as_deref() else {
-            return Err(ReconcileError::WaitingForGroup(
-                imagewatch_engine::group::waiting_message(&group.name, &group.decision),
-            ));
+            return Err(ReconcileError::WaitingForGroup(GroupWait::NoCommonTag {
+                group: group.name.clone(),
+                decision: group.decision.clone(),
+            }));
         };
         waiting = (!group.decision.waiting_for.is_empty())
             .then(|| imagewatch_engine::group::waiting_message(&group.name, &group.decision));
@@ -58,10 +60,9 @@ pub(super) fn select(
             ReconcileError::tag_not_found(watch.spec.pin.as_deref(), &own.image, &tag)
         }
         NoChoice::Refused(refused) => ReconcileError::Refused(refused),
-        NoChoice::NoManifest => ReconcileError::NoMatchingTags(format!(
-            "no candidate tag of {} has a manifest",
-            own.image
-        )),
+        NoChoice::NoManifest => ReconcileError::NoMatchingTags(NoTag::NoCandidateManifest {
+            image: own.image.clone(),
+        }),
     })?;
     Ok(Selection {
         image: image_for(watch, &own.image, &chosen.tag, chosen.digest.as_deref())?,
@@ -85,15 +86,9 @@ fn no_tag(watch: &ImageWatch, rules: &Rules, me: &RepoScan) -> ReconcileError {
         .filter(|t| policy.matches(&t.tag))
         .count();
     ReconcileError::NoMatchingTags(if matching == 0 {
-        format!(
-            "none of the {} tags of {} matches pattern {pattern:?}",
-            me.scan.listed, me.image
-        )
+        NoTag::none_matches(&me.image, me.scan.listed, pattern)
     } else {
-        format!(
-            "{matching} tags of {} match pattern {pattern:?} but none can be ordered by {:?} (e.g. not a version); set spec.tags.order or spec.tags.extract",
-            me.image, rules.order
-        )
+        NoTag::unorderable(&me.image, matching, pattern, rules.order)
     })
 }
 
@@ -143,9 +138,12 @@ fn image_for(
         (DigestMode::Pin | DigestMode::Follow, Some(digest)) => {
             Ok(format!("{image}:{tag}@{digest}"))
         }
-        (DigestMode::Pin | DigestMode::Follow, None) => Err(ReconcileError::Internal(format!(
-            "no digest of {image}:{tag} to write"
-        ))),
+        (DigestMode::Pin | DigestMode::Follow, None) => {
+            Err(ReconcileError::Internal(InternalError::NoDigest {
+                image: image.to_string(),
+                tag: tag.to_string(),
+            }))
+        }
     }
 }
 

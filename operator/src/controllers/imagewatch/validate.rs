@@ -12,6 +12,7 @@ use imagewatch_engine::platforms::Platform;
 use super::members::{self, PatternImage};
 use crate::controllers::ReconcileError;
 use crate::controllers::parse_duration;
+use crate::error::SpecError;
 use crate::policy::{self, TagPolicy};
 use crate::registry::RepositoryRef;
 
@@ -44,16 +45,17 @@ pub(super) struct Validated {
 /// its `*`s), then the tag rules and interval.
 pub(super) fn validate(watch: &ImageWatch) -> Result<Validated, ReconcileError> {
     let spec = &watch.spec;
-    match members::parse_pattern_image(&spec.image).map_err(ReconcileError::InvalidSpec)? {
+    let pattern = members::parse_pattern_image(&spec.image)
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.image", e)))?;
+    match pattern {
         Some(pattern) => {
             if spec.group.as_deref().is_some_and(|g| !g.is_empty()) {
-                return Err(ReconcileError::InvalidSpec(format!(
-                    "spec.group cannot be used with a pattern image ({}): a pattern already writes all its repositories together",
-                    spec.image
-                )));
+                return Err(ReconcileError::InvalidSpec(SpecError::GroupWithPattern {
+                    image: spec.image.clone(),
+                }));
             }
             members::check_references(&spec.target, &spec.image, pattern.wildcards())
-                .map_err(ReconcileError::InvalidSpec)?;
+                .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.target", e)))?;
             Ok(Validated {
                 rules: validate_rules(watch)?,
                 followed: Followed::Pattern(pattern),
@@ -73,7 +75,7 @@ pub(super) fn validate_single(
 ) -> Result<(ValidatedRules, RepositoryRef), ReconcileError> {
     let rules = validate_rules(watch)?;
     let repo = RepositoryRef::parse(&watch.spec.image)
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.image: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.image", e)))?;
     Ok((rules, repo))
 }
 
@@ -82,19 +84,19 @@ fn validate_rules(watch: &ImageWatch) -> Result<ValidatedRules, ReconcileError> 
     let spec = &watch.spec;
     let tags = spec.tags.clone().unwrap_or_default();
     let policy = TagPolicy::from_rules(&tags)
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.tags", e)))?;
     let order = policy.order();
     let Some(interval) = parse_duration(spec.interval_or_default()) else {
-        return Err(ReconcileError::InvalidSpec(format!(
-            "spec.interval {:?} is not a duration",
-            spec.interval_or_default()
+        return Err(ReconcileError::InvalidSpec(SpecError::not_a_duration(
+            "spec.interval",
+            spec.interval_or_default(),
         )));
     };
     // The CRD refuses malformed entries at apply; this guards objects stored before.
     let platforms = Platform::parse_all(tags.platforms.as_deref().unwrap_or(&[]))
-        .map_err(|e| ReconcileError::InvalidSpec(format!("spec.tags.platforms: {e}")))?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::invalid("spec.tags.platforms", e)))?;
     let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
-        .map_err(ReconcileError::InvalidSpec)?;
+        .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.windows", e)))?;
     Ok(ValidatedRules {
         policy,
         order,

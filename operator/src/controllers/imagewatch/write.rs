@@ -22,6 +22,7 @@ use super::status::tag_of;
 use crate::cluster::deploy::DeployTracker;
 use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader, WorkSlots};
+use crate::error::{InternalError, SpecError};
 use crate::manifests::{EditOptions, ImageChange};
 use crate::sources::routing::{PendingEvents, PushStages};
 use crate::telemetry::Metrics;
@@ -77,7 +78,7 @@ pub(super) fn write_request(
         branch: git.branch,
         auth: git.auth,
         target: target_spec(&me.target, &git.base_path, &me.image)
-            .map_err(ReconcileError::InvalidSpec)?,
+            .map_err(|e| ReconcileError::InvalidSpec(SpecError::rule("spec.target", e)))?,
         change: ImageChange::Image(image),
         edit: EditOptions {
             edit_shared_anchor: watch.spec.edit_shared_anchor.unwrap_or(false),
@@ -212,8 +213,7 @@ pub(super) async fn deliver(
                 .filter(|b| !b.is_empty() && *b != request.branch)
             else {
                 return Err(ReconcileError::InvalidSpec(
-                    "spec.git.pullRequest needs a spec.git.pushBranch other than spec.git.branch"
-                        .into(),
+                    SpecError::PullRequestWithoutPushBranch,
                 ));
             };
             if let Shape::Pattern { per_member: true } = proposal.shape {
@@ -271,7 +271,7 @@ pub(super) async fn deliver(
     match proposal.shape {
         Shape::Watch { image, tag } => {
             let Some(intent) = own.first() else {
-                return Err(ReconcileError::Internal("no write result".into()));
+                return Err(ReconcileError::Internal(InternalError::NoWriteResult));
             };
             let write = writes.remove(0).result?;
             let on_base = ctx

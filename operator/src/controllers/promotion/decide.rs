@@ -4,7 +4,7 @@
 
 #[cfg(test)]
 use super::fixtures::policy;
-use crate::error::PromotionError;
+use crate::error::{PromotionError, SourceError, SpecError, TargetError};
 use std::collections::BTreeMap;
 
 use imagewatch_crd::ImageWatch;
@@ -40,9 +40,9 @@ impl Decision {
     }
 }
 
-/// The source watches that have applied no tag yet and report no failure (no status yet,
-/// or `Ready` not `False`), as a message; `None` when there are none. Pure.
-pub(super) fn first_tag_pending(watches: &[ImageWatch]) -> Option<String> {
+/// The names of the source watches that have applied no tag yet and report no failure (no
+/// status yet, or `Ready` not `False`); `None` when there are none. Pure.
+pub(super) fn first_tag_pending(watches: &[ImageWatch]) -> Option<Vec<String>> {
     let pending: Vec<String> = watches
         .iter()
         .filter(|w| {
@@ -54,21 +54,18 @@ pub(super) fn first_tag_pending(watches: &[ImageWatch]) -> Option<String> {
         })
         .map(|w| w.name_any())
         .collect();
-    (!pending.is_empty()).then(|| {
-        format!(
-            "waiting for ImageWatch {} to apply a first tag",
-            pending.join(", ")
-        )
-    })
+    (!pending.is_empty()).then_some(pending)
 }
 
 pub(super) fn candidate_error(e: CandidateError) -> PromotionError {
     match e {
-        CandidateError::NothingInTarget { .. } => PromotionError::TargetNotFound(e.to_string()),
-        CandidateError::EmptySource | CandidateError::LeaderMissing(..) => {
-            PromotionError::SourceNotReady(e.to_string())
+        CandidateError::NothingInTarget { .. } => {
+            PromotionError::TargetNotFound(TargetError::Candidate(Box::new(e)))
         }
-        _ => PromotionError::InvalidSpec(e.to_string()),
+        CandidateError::EmptySource | CandidateError::LeaderMissing(..) => {
+            PromotionError::SourceNotReady(SourceError::Candidate(Box::new(e)))
+        }
+        _ => PromotionError::InvalidSpec(SpecError::Candidate(Box::new(e))),
     }
 }
 
@@ -101,20 +98,26 @@ mod tests {
             source_watch("api", applied.clone()),
             source_watch("worker", serde_json::Value::Null),
         ];
+        let watches = first_tag_pending(&healthy).expect("a watch to wait for");
         assert_eq!(
-            first_tag_pending(&healthy).as_deref(),
-            Some("waiting for ImageWatch worker to apply a first tag")
+            PromotionError::SourceWaiting { watches }.to_string(),
+            "waiting for ImageWatch worker to apply a first tag"
         );
         assert_eq!(first_tag_pending(&[source_watch("api", applied)]), None);
         // A failing watch is a source that is not ready: reported as before.
         assert_eq!(first_tag_pending(&[source_watch("api", failing)]), None);
 
         let p = policy(json!({}));
-        let waiting = Err(PromotionError::SourceWaiting("waiting".into()));
+        let waiting = Err(PromotionError::SourceWaiting {
+            watches: vec!["worker".into()],
+        });
         let event = event_for(&p, &waiting).expect("an Event");
         assert_eq!(event.type_, EventType::Normal);
         assert_eq!(event.reason, "SourceNotReady");
-        let not_ready = Err(PromotionError::SourceNotReady("broken".into()));
+        let not_ready = Err(PromotionError::SourceNotReady(SourceError::unusable(
+            "spec.from.watchSelector",
+            "broken",
+        )));
         assert_eq!(event_for(&p, &not_ready).unwrap().type_, EventType::Warning);
     }
 }

@@ -6,7 +6,7 @@
 use super::decide::Decision;
 use super::read::{Location, utf8_files};
 use super::shared::Shared;
-use crate::error::PromotionError;
+use crate::error::{InternalError, PromotionError, SpecError};
 use std::sync::Arc;
 
 use imagewatch_crd::PromotionPolicy;
@@ -88,7 +88,10 @@ pub(super) async fn forge_client(
     ctx: &DeliverContext<'_>,
 ) -> Result<ForgeClient, PromotionError> {
     let settings = policy.spec.pull_request.as_ref().ok_or_else(|| {
-        PromotionError::InvalidSpec("spec.pullRequest is required in mode PullRequest".into())
+        PromotionError::InvalidSpec(SpecError::Required {
+            field: "spec.pullRequest",
+            when: Some("in mode PullRequest"),
+        })
     })?;
     let token = match &settings.secret_ref {
         Some(secret) => {
@@ -217,8 +220,8 @@ pub(super) async fn push_pull_request_branch(
     match result.outcome {
         CommitOutcome::Pushed { commit } => Ok((commit, true)),
         CommitOutcome::AlreadyPushed { head } => Ok((head, false)),
-        CommitOutcome::NothingToDo { .. } => Err(PromotionError::Internal(
-            "the planned edits change nothing".into(),
-        )),
+        CommitOutcome::NothingToDo { .. } => {
+            Err(PromotionError::Internal(InternalError::NothingToCommit))
+        }
     }
 }

@@ -7,7 +7,7 @@ use super::deliver::{DeliverContext, forge_client};
 use super::fixtures::{outcome, policy, pr, t};
 use super::read::{ReadContext, list_source_watches, target_repository};
 use super::shared::Shared;
-use crate::error::PromotionError;
+use crate::error::{InternalError, PromotionError};
 use imagewatch_engine::status::truncate;
 use std::{collections::HashMap, time::Duration};
 
@@ -216,7 +216,7 @@ pub(super) async fn close_recorded(
             Ok(forge) => forge,
             Err(PromotionError::Forge(ForgeError::InvalidConfig(_))) if git_url.is_err() => {
                 return Err(git_url.err().unwrap_or_else(|| {
-                    PromotionError::Internal("the repository is unknown".into())
+                    PromotionError::Internal(InternalError::UnknownRepository)
                 }));
             }
             Err(e) => return Err(e),
@@ -358,6 +358,7 @@ pub(super) async fn finalize(
 mod tests {
     use super::*;
     use crate::controllers::promotion::build_status;
+    use crate::error::{CredentialsError, NamedSecret, SpecError};
     use crate::forge::EnsureAction;
     use crate::git::GitError;
     use imagewatch_crd::promotion::PromotionMode;
@@ -503,7 +504,9 @@ mod tests {
             CloseStep::Retry(secs(30))
         );
         // The Secret went with the namespace: retried like any other failure, within bounds.
-        let secret = PromotionError::CredentialsNotFound("forge Secret t/forge-token".into());
+        let secret = PromotionError::CredentialsNotFound(CredentialsError::NotFound {
+            secret: NamedSecret::new("forge", "t", "forge-token"),
+        });
         assert_eq!(
             close_step(Some(&secret), secs(1), timeout, 2),
             CloseStep::Retry(secs(4))
@@ -518,7 +521,10 @@ mod tests {
             close_step(Some(&config), secs(0), timeout, 1),
             CloseStep::GiveUp
         );
-        let spec = PromotionError::InvalidSpec("spec.pullRequest is required".into());
+        let spec = PromotionError::InvalidSpec(SpecError::Required {
+            field: "spec.pullRequest",
+            when: None,
+        });
         assert_eq!(
             close_step(Some(&spec), secs(0), timeout, 1),
             CloseStep::GiveUp

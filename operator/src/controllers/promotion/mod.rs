@@ -50,6 +50,7 @@
 //! never waits on a forge for long.
 
 use crate::error::Classify as _;
+use crate::error::{InternalError, SourceError, SpecError, TargetError};
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -518,7 +519,7 @@ async fn reconcile_policy(
     // 1. validate
     validate(spec).map_err(PromotionError::InvalidSpec)?;
     let windows = imagewatch_engine::windows::parse(spec.windows.as_deref().unwrap_or(&[]))
-        .map_err(PromotionError::InvalidSpec)?;
+        .map_err(|e| PromotionError::InvalidSpec(SpecError::rule("spec.windows", e)))?;
     let mode = spec.mode();
     let source = source_label(spec);
     let to_path = spec.to.path.trim_matches('/').to_string();
@@ -527,9 +528,11 @@ async fn reconcile_policy(
     let watches = list_source_watches(policy, client).await?;
     let watch_state = if spec.from.watch_selector.is_some() {
         if let Some(waiting) = first_tag_pending(&watches) {
-            return Err(PromotionError::SourceWaiting(waiting));
+            return Err(PromotionError::SourceWaiting { watches: waiting });
         }
-        Some(promotion::sources_from_watches(&watches).map_err(PromotionError::SourceNotReady)?)
+        Some(promotion::sources_from_watches(&watches).map_err(|e| {
+            PromotionError::SourceNotReady(SourceError::unusable("spec.from.watchSelector", e))
+        })?)
     } else {
         None
     };
@@ -574,9 +577,11 @@ async fn reconcile_policy(
                 changed.as_ref().map(|(c, _)| c.clone()),
                 changed.as_ref().map(|(_, at)| *at),
             )
-            .map_err(PromotionError::SourceNotReady)?
+            .map_err(|e| {
+                PromotionError::SourceNotReady(SourceError::unusable("spec.from.path", e))
+            })?
         }
-        (None, None) => return Err(PromotionError::Internal("no source was read".into())),
+        (None, None) => return Err(PromotionError::Internal(InternalError::NoSource)),
     };
     // gates.soakSince FirstApplied: the newest state of from.path first applied a soak ago.
     let (source_state, soaked) = match soak_from_history(spec, &gates_spec, &read)? {
@@ -720,7 +725,12 @@ async fn reconcile_policy(
         }
         PromotionMode::PullRequest => {
             let edits = promotion::plan_target_edits(&read.target_files, &target, &candidate)
-                .map_err(PromotionError::TargetNotFound)?;
+                .map_err(|e| {
+                    PromotionError::TargetNotFound(TargetError::Edit {
+                        field: "spec.to.path",
+                        problem: e,
+                    })
+                })?;
             let message = render::commit_message(&candidate, &edits.changes, text_ctx);
             let planner = Planner {
                 decision,
@@ -739,7 +749,10 @@ async fn reconcile_policy(
             )
             .await?;
             let settings = spec.pull_request.clone().ok_or_else(|| {
-                PromotionError::InvalidSpec("spec.pullRequest is required".into())
+                PromotionError::InvalidSpec(SpecError::Required {
+                    field: "spec.pullRequest",
+                    when: None,
+                })
             })?;
             let forge = forge_client(policy, &location.url, &deliver_step).await?;
             if !*finalizer_present {

@@ -7,7 +7,9 @@
 #[cfg(test)]
 use super::fixtures::policy;
 use super::shared::Shared;
-use crate::error::PromotionError;
+use crate::error::{
+    InternalError, MissingPath, PromotionError, SourceError, SpecError, TargetError,
+};
 use std::sync::Arc;
 
 use imagewatch_crd::{ImageWatch, PromotionPolicy, promotion::PromotionMode};
@@ -56,53 +58,58 @@ impl<'a> ReadContext<'a> {
 }
 
 /// Step 1 (pure): checks what the API server's schema cannot.
-pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String> {
+pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), SpecError> {
     if spec
         .to
         .git
         .as_ref()
         .is_some_and(|g| g.pull_request.is_some())
     {
-        return Err(
-            "spec.to.git.pullRequest is for ImageWatches; a PromotionPolicy sets spec.pullRequest"
-                .into(),
-        );
+        return Err(SpecError::rule(
+            "spec.to.git.pullRequest",
+            "spec.to.git.pullRequest is for ImageWatches; a PromotionPolicy sets spec.pullRequest",
+        ));
     }
     if parse_duration(spec.interval_or_default()).is_none() {
-        return Err(format!(
-            "spec.interval {:?} is not a duration",
-            spec.interval_or_default()
+        return Err(SpecError::not_a_duration(
+            "spec.interval",
+            spec.interval_or_default(),
         ));
     }
     match (&spec.from.watch_selector, &spec.from.path) {
         (Some(_), Some(_)) | (None, None) => {
-            return Err(
-                "exactly one of spec.from.watchSelector and spec.from.path must be set".into(),
-            );
+            return Err(SpecError::rule(
+                "spec.from",
+                "exactly one of spec.from.watchSelector and spec.from.path must be set",
+            ));
         }
         _ => {}
     }
     let path_ok = |p: &str| !p.starts_with('/') && !p.split('/').any(|s| s == "..");
     if spec.to.path.trim_matches('/').is_empty() || !path_ok(&spec.to.path) {
-        return Err(format!(
-            "spec.to.path {:?} must be a directory relative to the repository root",
-            spec.to.path
-        ));
+        return Err(SpecError::NotADirectory {
+            field: "spec.to.path",
+            path: spec.to.path.clone(),
+        });
     }
     if let Some(p) = &spec.from.path
         && (!path_ok(p) || p.trim_matches('/').is_empty())
     {
-        return Err(format!(
-            "spec.from.path {p:?} must be a directory relative to the repository root"
-        ));
+        return Err(SpecError::NotADirectory {
+            field: "spec.from.path",
+            path: p.clone(),
+        });
     }
     if spec.from.path.is_some() && spec.to.git.is_none() {
-        return Err("spec.to.git is required with spec.from.path".into());
+        return Err(SpecError::Required {
+            field: "spec.to.git",
+            when: Some("with spec.from.path"),
+        });
     }
     if let Some(soak) = spec.gates.as_ref().and_then(|g| g.soak.as_deref())
         && parse_duration(soak).is_none()
     {
-        return Err(format!("spec.gates.soak {soak:?} is not a duration"));
+        return Err(SpecError::not_a_duration("spec.gates.soak", soak));
     }
     if spec
         .gates
@@ -110,28 +117,37 @@ pub fn validate(spec: &imagewatch_crd::PromotionPolicySpec) -> Result<(), String
         .is_some_and(|g| g.soak_since == Some(imagewatch_crd::promotion::SoakSince::FirstApplied))
         && spec.from.path.is_none()
     {
-        return Err(
+        return Err(SpecError::rule(
+            "spec.gates.soakSince",
             "spec.gates.soakSince FirstApplied reads the Git history of spec.from.path; a \
-             watchSelector source has none (use soakSince Running, or from.path)"
-                .into(),
-        );
+             watchSelector source has none (use soakSince Running, or from.path)",
+        ));
     }
     if spec.mode() == PromotionMode::PullRequest && spec.pull_request.is_none() {
-        return Err("spec.pullRequest is required in mode PullRequest (the default)".into());
+        return Err(SpecError::Required {
+            field: "spec.pullRequest",
+            when: Some("in mode PullRequest (the default)"),
+        });
     }
     for rule in spec.to.image_rewrite.iter().flatten() {
         if rule.from.is_empty() {
-            return Err("spec.to.imageRewrite: from must not be empty".into());
+            return Err(SpecError::invalid(
+                "spec.to.imageRewrite",
+                "from must not be empty",
+            ));
         }
     }
     for (name, tag) in spec.pin.iter().flatten() {
         crate::manifests::image_ref::validate_tag(tag)
-            .map_err(|e| format!("spec.pin {name}: {e}"))?;
+            .map_err(|e| SpecError::invalid(format!("spec.pin {name}"), e))?;
     }
     if let Some(align) = &spec.align_tags
         && align.leader.is_empty()
     {
-        return Err("spec.alignTags.leader must not be empty".into());
+        return Err(SpecError::rule(
+            "spec.alignTags.leader",
+            "spec.alignTags.leader must not be empty",
+        ));
     }
     Ok(())
 }
@@ -177,8 +193,9 @@ pub(super) async fn list_source_watches(
     let Some(selector) = &policy.spec.from.watch_selector else {
         return Ok(Vec::new());
     };
-    let selector = Selector::try_from(selector.clone())
-        .map_err(|e| PromotionError::InvalidSpec(format!("spec.from.watchSelector: {e}")))?;
+    let selector = Selector::try_from(selector.clone()).map_err(|e| {
+        PromotionError::InvalidSpec(SpecError::invalid("spec.from.watchSelector", e))
+    })?;
     let api: Api<ImageWatch> =
         Api::namespaced(client.clone(), &policy.namespace().unwrap_or_default());
     Ok(api
@@ -222,9 +239,7 @@ pub(super) async fn target_repository(
             }
         },
         (None, None) => {
-            return Err(PromotionError::InvalidSpec(
-                "spec.to.git is not set and no source ImageWatch names a repository".into(),
-            ));
+            return Err(PromotionError::InvalidSpec(SpecError::NoTargetRepository));
         }
     })
 }
@@ -237,7 +252,8 @@ pub(super) async fn resolve_location(
     let namespace = policy.namespace().unwrap_or_default();
     let spec = &policy.spec;
     let (url, secret, repo_branch) = target_repository(policy, watches, ctx).await?;
-    crate::git::check_tenant_url(&url).map_err(PromotionError::InvalidSpec)?;
+    crate::git::check_tenant_url(&url)
+        .map_err(|e| PromotionError::InvalidSpec(SpecError::rule("spec.to.git.url", e)))?;
     let ask = crate::cluster::allow::Ask {
         namespace: &namespace,
         git: Some((url.as_str(), vec![spec.to.path.as_str()])),
@@ -355,7 +371,7 @@ pub(super) async fn blocking<T: Send + 'static>(
 ) -> Result<T, PromotionError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| PromotionError::Internal(format!("git task: {e}")))?
+        .map_err(|error| PromotionError::Internal(InternalError::Task { what: "git", error }))?
 }
 
 /// Reads what the decision needs from Git.
@@ -405,8 +421,12 @@ pub(super) async fn read_git(
         let target_files = match repo.read_files_under(base_head, &to_path) {
             Ok(files) => utf8_files(files),
             Err(GitError::PathNotFound { .. }) => {
-                return Err(PromotionError::TargetNotFound(format!(
-                    "spec.to.path {to_path:?} does not exist on branch {base}"
+                return Err(PromotionError::TargetNotFound(TargetError::PathNotFound(
+                    MissingPath {
+                        field: "spec.to.path",
+                        path: to_path,
+                        branch: base,
+                    },
                 )));
             }
             Err(e) => return Err(e.into()),
@@ -418,8 +438,12 @@ pub(super) async fn read_git(
                 let files = match repo.read_files_under(source_head, path) {
                     Ok(files) => utf8_files(files),
                     Err(GitError::PathNotFound { .. }) => {
-                        return Err(PromotionError::SourceNotReady(format!(
-                            "spec.from.path {path:?} does not exist on branch {source_branch}"
+                        return Err(PromotionError::SourceNotReady(SourceError::PathNotFound(
+                            MissingPath {
+                                field: "spec.from.path",
+                                path: path.clone(),
+                                branch: source_branch,
+                            },
                         )));
                     }
                     Err(e) => return Err(e.into()),
@@ -518,17 +542,42 @@ mod tests {
     fn validation_catches_what_the_schema_cannot() {
         assert!(validate(&policy(json!({})).spec).is_ok());
         let bad = policy(json!({"gates": {"soak": "soon"}}));
-        assert!(validate(&bad.spec).unwrap_err().contains("soak"));
+        assert!(
+            validate(&bad.spec)
+                .unwrap_err()
+                .to_string()
+                .contains("soak")
+        );
         let bad = policy(json!({"pin": {"my-api": "-bad"}}));
-        assert!(validate(&bad.spec).unwrap_err().contains("spec.pin"));
+        assert!(
+            validate(&bad.spec)
+                .unwrap_err()
+                .to_string()
+                .contains("spec.pin")
+        );
         let mut bad = policy(json!({}));
         bad.spec.pull_request = None;
-        assert!(validate(&bad.spec).unwrap_err().contains("pullRequest"));
+        assert!(
+            validate(&bad.spec)
+                .unwrap_err()
+                .to_string()
+                .contains("pullRequest")
+        );
         let bad = policy(json!({"from": {"path": "overlays/stg"}}));
-        assert!(validate(&bad.spec).unwrap_err().contains("to.git"));
+        assert!(
+            validate(&bad.spec)
+                .unwrap_err()
+                .to_string()
+                .contains("to.git")
+        );
         // The policy fixture selects watches: no path whose history could be read.
         let bad = policy(json!({"gates": {"soak": "1m", "soakSince": "FirstApplied"}}));
-        assert!(validate(&bad.spec).unwrap_err().contains("soakSince"));
+        assert!(
+            validate(&bad.spec)
+                .unwrap_err()
+                .to_string()
+                .contains("soakSince")
+        );
         let ok = policy(json!({"gates": {"soak": "1m", "soakSince": "Running"}}));
         assert!(validate(&ok.spec).is_ok());
     }

@@ -170,7 +170,7 @@ pub fn event_for(
                 .is_none_or(|c| c.reason != e.reason() || c.message != truncate(&message, 1024))
                 .then(|| Event {
                     type_: match e {
-                        PromotionError::SourceWaiting(_) => EventType::Normal,
+                        PromotionError::SourceWaiting { .. } => EventType::Normal,
                         _ => EventType::Warning,
                     },
                     reason: e.reason().into(),
