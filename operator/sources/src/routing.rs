@@ -203,6 +203,27 @@ impl PendingEvents {
         self.take_at(registry, repository, Instant::now())
     }
 
+    /// The stages of the registry push that led to a commit of `repository`, if an event
+    /// started it, with the writer's commit and push instants (`pushed`); the push → commit
+    /// latency is counted in `imagewatch_push_to_commit_seconds`.
+    pub fn committed(
+        &self,
+        registry: &str,
+        repository: &str,
+        pushed: Option<(Instant, Instant)>,
+        metrics: &imagewatch_telemetry::Metrics,
+    ) -> Option<PushStages> {
+        let mut stages = self.take(registry, repository)?;
+        if let Some((committed, pushed)) = pushed {
+            stages.committed = Some(committed);
+            stages.pushed = Some(pushed);
+        }
+        metrics
+            .push_to_commit_seconds
+            .observe(stages.received.elapsed().as_secs_f64());
+        Some(stages)
+    }
+
     /// [`Self::take`] at `now`.
     pub fn take_at(&self, registry: &str, repository: &str, now: Instant) -> Option<PushStages> {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());

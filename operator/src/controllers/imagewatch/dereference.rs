@@ -19,7 +19,7 @@ use kube::{ResourceExt, core::DeserializeGuard};
 
 use super::members::PatternImage;
 use super::pull_request;
-use super::validate::{ValidatedRules, validate_single};
+use super::spec_rules::{ValidatedRules, validate_single};
 use crate::cluster::allowance::Allowance;
 use crate::cluster::{argocd::ResolveCache, secrets};
 use crate::controllers::ReconcileError;

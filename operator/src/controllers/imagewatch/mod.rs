@@ -45,6 +45,7 @@ pub use imagewatch_engine::group;
 use imagewatch_engine::status as conditions;
 pub mod members;
 pub mod pull_request;
+mod spec_rules;
 
 use std::{sync::Arc, time::Duration};
 
@@ -70,8 +71,9 @@ use imagewatch_engine::considered::Considered;
 use members::{MemberResult, PatternImage, PatternOutcome};
 use scan::{PatternScan, ScanContext, Scanned, SingleScan, scan_pattern, scan_single};
 use select::select;
+use spec_rules::ValidatedRules;
 use status::{build_status, patch_status_if_changed, publish_events};
-use validate::{Followed, Validated, ValidatedRules, validate};
+use validate::{Followed, Validated, validate};
 use write::{
     Intent, Intents, Proposal, Shape, WriteContext, Written, deliver, pull_request_settings,
     write_request,

@@ -1,9 +1,10 @@
 //! `spec.git.pullRequest` of an ImageWatch: the edit goes to the push branch and one pull
 //! request from it into `branch` is opened and kept current.
 //!
-//! Each reconcile first asks the writer (a dry run on `branch`) whether `branch` already
-//! holds the chosen image. When it does, an open pull request of the push branch is closed
-//! (merged, or a person wrote the tag) and nothing is pushed. Otherwise the edit is written to
+//! The write step writes the push branch, then reads `branch` through the writer
+//! (`GitWriter::read_base`) and hands both here ([`propose_watch`], [`propose_members`]):
+//! does `branch` already hold the chosen image? When it does, an open pull request of the
+//! push branch is closed (merged, or a person wrote the tag) and nothing is pushed. Otherwise the edit is written to
 //! the push branch (the writer force-updates it only while it holds nothing but the
 //! operator's own commits) and [`ForgeClient::ensure`] finds the open pull request by its
 //! head branch, updates its title and body, or opens it. Finding it by branch is what makes a
@@ -30,6 +31,8 @@ use crate::cluster::secrets;
 use crate::controllers::ReconcileError;
 use crate::controllers::{Context, SecretReader};
 use crate::forge::{EnsureAction, ForgeClient, ForgeError, HeadLocks, NewPullRequest, PullRequest};
+use crate::writer::{WriteRequest, WriteResult};
+use imagewatch_engine::status::tag_of;
 
 // What a pull request step did, and its status record (pure): in the engine.
 pub use imagewatch_engine::status::{Delivered, PrAction, status_of};
@@ -323,6 +326,31 @@ pub async fn propose(
     })
 }
 
+/// What proposing a watch's writes uses: the forge token's Secret, the client the finalizer
+/// is added with, the metrics the forge and the pull request steps are counted in, the
+/// forge's HTTP client, and one lock per pull request head, shared by every reconcile.
+#[derive(Clone, Copy)]
+pub(super) struct ProposeContext<'a> {
+    pub(super) secrets: SecretReader<'a>,
+    pub(super) client: &'a kube::Client,
+    pub(super) metrics: &'a Arc<crate::telemetry::Metrics>,
+    pub(super) forge_http: &'a reqwest::Client,
+    pub(super) pull_request_locks: &'a HeadLocks,
+}
+
+impl<'a> ProposeContext<'a> {
+    /// The proposal's view of the shared services.
+    pub(super) fn of(ctx: &'a Context) -> Self {
+        ProposeContext {
+            secrets: SecretReader::of(ctx),
+            client: &ctx.client,
+            metrics: &ctx.metrics,
+            forge_http: &ctx.forge_http,
+            pull_request_locks: &ctx.pull_request_locks,
+        }
+    }
+}
+
 /// What closing a deleted watch's pull requests uses: the forge token's Secret, the client
 /// the finalizer is removed with, the metrics and the Event recorder.
 #[derive(Clone, Copy)]
@@ -491,191 +519,261 @@ pub(super) async fn finalize(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::forge::{ForgeProvider, PullRequestState};
+/// `spec.git.pullRequest` of a watch of one repository, after its push branch was written:
+/// when `branch` already holds the image, the open pull request is closed; otherwise one
+/// pull request for the push branch is opened or updated. `members` are every write's
+/// image and file (a group's members propose the same text). The result is what `branch`
+/// holds (a proposal is not applied until it is merged; a PromotionPolicy reading this
+/// watch waits for that), with the push branch's commit instants.
+pub(super) async fn propose_watch(
+    watch: &ImageWatch,
+    (settings, forge_url): (&GitPullRequest, &str),
+    (mine, image, tag): (&WriteRequest, String, String),
+    (write, on_base): (WriteResult, WriteResult),
+    members: Vec<(String, String)>,
+    ctx: &ProposeContext<'_>,
+) -> Result<(WriteResult, Delivered), ReconcileError> {
+    let forge = client(
+        watch,
+        settings,
+        forge_url,
+        &ctx.secrets,
+        ctx.metrics,
+        ctx.forge_http,
+    )
+    .await?;
+    let head = mine.push_branch.clone().unwrap_or_default();
+    let mut vars = TextVars {
+        group: watch.spec.group.clone().unwrap_or_default(),
+        image,
+        tag,
+        watch: mine.watch.clone(),
+        branch: mine.branch.clone(),
+        file: write.file.clone(),
+        before: on_base.current_before.clone(),
+    };
+    if members.len() > 1 {
+        // Every member proposes the same text for the group's one pull request.
+        vars = group_vars(vars, &members);
+    }
+    let step = PrStep {
+        head: &head,
+        wanted: on_base.changed_needed,
+        vars,
+        pushed: write.commit.is_some(),
+    };
+    let pushed = write.pushed;
+    let delivered = pull_request_step(watch, settings, &forge, step, ctx).await?;
+    Ok((
+        WriteResult { pushed, ..on_base },
+        Delivered {
+            commit: on_base
+                .changed_needed
+                .then(|| write.holding_commit())
+                .flatten(),
+            ..delivered
+        },
+    ))
+}
 
-    fn settings() -> GitPullRequest {
-        GitPullRequest {
-            provider: ForgeProvider::Gitea,
-            api_url: None,
-            secret_ref: None,
-            repository: None,
-            title: None,
-            body: None,
-            labels: Some(vec!["image-update".into(), "tag/{{tag}}".into(), "".into()]),
-            auto_merge: Some(true),
-            per_member: None,
+/// One pull request step, after its push branch was written.
+struct PrStep<'a> {
+    /// Head (push) branch.
+    head: &'a str,
+    /// Whether `branch` lacks the edit (a pull request is wanted).
+    wanted: bool,
+    /// The templates' values (`branch` is the base).
+    vars: TextVars,
+    /// Whether the push branch was just pushed.
+    pushed: bool,
+}
+
+/// Closes the open pull request of `step.head` when `branch` holds the edit, else opens or
+/// updates it (adding [`FINALIZER`] first); counted and logged.
+async fn pull_request_step(
+    watch: &ImageWatch,
+    settings: &GitPullRequest,
+    forge: &ForgeClient,
+    step: PrStep<'_>,
+    ctx: &ProposeContext<'_>,
+) -> Result<Delivered, ReconcileError> {
+    let result = if !step.wanted {
+        let recorded = watch
+            .status
+            .as_ref()
+            .and_then(|s| s.pull_request.as_ref())
+            .filter(|p| p.state == crate::forge::PullRequestState::Open && p.branch == step.head)
+            .map(|p| p.number);
+        close_open(
+            forge,
+            ctx.pull_request_locks,
+            step.head,
+            &step.vars.branch,
+            &step.vars.tag,
+            recorded,
+        )
+        .await
+    } else {
+        if !has_finalizer(watch) {
+            add_finalizer(ctx.client, watch).await?;
         }
-    }
-
-    fn vars() -> TextVars {
-        TextVars {
-            image: "registry.test/team/api".into(),
-            tag: "v1.2.4".into(),
-            watch: "team/api".into(),
-            branch: "main".into(),
-            file: "apps/api/deployment.yaml".into(),
-            before: "registry.test/team/api:v1.2.3".into(),
-            group: String::new(),
-        }
-    }
-
-    #[test]
-    fn templates_name_the_change() {
-        let p = proposal(&settings(), "imagewatch/team-api", &vars());
-        assert_eq!(p.title, "Update registry.test/team/api to v1.2.4");
-        assert!(
-            p.body
-                .contains("`main` holds `registry.test/team/api:v1.2.3`")
-        );
-        assert!(p.body.contains("apps/api/deployment.yaml"));
-        assert_eq!(p.labels, ["image-update", "tag/v1.2.4"]);
-        assert_eq!(p.head, "imagewatch/team-api");
-        assert_eq!(p.base, "main");
-        assert!(p.auto_merge);
-        let mut own = settings();
-        own.title = Some("chore({{watch}}): {{tag}} {{unknown}}".into());
-        assert_eq!(
-            proposal(&own, "h", &vars()).title,
-            "chore(team/api): v1.2.4 {{unknown}}"
-        );
-        assert_eq!(default_push_branch("team", "api"), "imagewatch/team-api");
-        assert_eq!(
-            member_push_branch("imagewatch/team-all", "hoge/billing/api/"),
-            "imagewatch/team-all-hoge-billing-api"
-        );
-        assert_eq!(
-            group_push_branch("team", "release"),
-            "imagewatch/team-group-release"
-        );
-        let grouped = TextVars {
-            group: "release".into(),
-            ..vars()
-        };
-        assert_eq!(
-            proposal(&settings(), "h", &grouped).title,
-            "Update group release to v1.2.4"
-        );
-    }
-
-    #[test]
-    fn a_group_proposes_the_same_text_from_every_member() {
-        let members = |first: usize| {
-            let mut m = vec![
-                (
-                    "registry.test:5000/team/api:v2".to_string(),
-                    "apps/api.yaml".to_string(),
-                ),
-                (
-                    "registry.test:5000/team/worker@sha256:ab".to_string(),
-                    "apps/worker.yaml".to_string(),
-                ),
-            ];
-            m.rotate_left(first);
-            m
-        };
-        let base = TextVars {
-            group: "release".into(),
-            ..vars()
-        };
-        let a = group_vars(base.clone(), &members(0));
-        let b = group_vars(
-            TextVars {
-                watch: "team/worker".into(),
-                image: "registry.test:5000/team/worker".into(),
-                ..base
+        let new = proposal(settings, step.head, &step.vars);
+        propose(
+            forge,
+            ctx.pull_request_locks,
+            &new,
+            &step.vars.tag,
+            step.pushed,
+        )
+        .await
+    };
+    ctx.metrics
+        .watch_pull_requests
+        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
+            action: match &result {
+                Ok(d) => d.action.label().to_string(),
+                Err(_) => "failed".to_string(),
             },
-            &members(1),
-        );
-        assert_eq!(a, b);
-        assert_eq!(
-            a.image,
-            "registry.test:5000/team/api, registry.test:5000/team/worker"
-        );
-        assert_eq!(a.file, "apps/api.yaml, apps/worker.yaml");
-        assert_eq!(a.watch, "team/group release");
+        })
+        .inc();
+    for warning in result.iter().flat_map(|d| &d.warnings) {
+        tracing::warn!(watch = %watch.name_any(), %warning, "pull request");
     }
+    result
+}
 
-    fn pr(number: i64, state: PullRequestState) -> PullRequest {
-        PullRequest {
-            number,
-            url: format!("http://gitea.test/o/r/pulls/{number}"),
-            title: String::new(),
-            body: String::new(),
-            head: "imagewatch/team-api".into(),
-            base: "main".into(),
-            head_sha: None,
-            labels: vec![],
-            auto_merge: false,
-            node_id: None,
-            state,
+/// What proposing did with one pattern member's write.
+pub(super) enum MemberProposal {
+    /// Its push branch was not written: nothing proposed.
+    Untouched,
+    /// What `branch` holds, and its own pull request (per member).
+    Proposed(Box<(WriteResult, Option<Delivered>)>),
+    /// Reading `branch`, or its pull request, failed.
+    Failed(ReconcileError),
+}
+
+/// `spec.git.pullRequest` of a pattern watch, after its members' push branches were written
+/// (`pushed`, `None` where that failed) and `branch` was read for each (`bases`): one pull
+/// request per member (`perMember`, default) or one for all. Each member's result becomes
+/// what `branch` holds, as for a watch of one repository.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn propose_members(
+    watch: &ImageWatch,
+    settings: &GitPullRequest,
+    forge_url: &str,
+    per_member: bool,
+    pushed: Vec<Option<WriteResult>>,
+    bases: Vec<Result<WriteResult, crate::writer::WriteError>>,
+    heads: &[String],
+    ctx: &ProposeContext<'_>,
+) -> Result<(Vec<MemberProposal>, Option<Delivered>), ReconcileError> {
+    let forge = client(
+        watch,
+        settings,
+        forge_url,
+        &ctx.secrets,
+        ctx.metrics,
+        ctx.forge_http,
+    )
+    .await?;
+    let watch_name = format!(
+        "{}/{}",
+        watch.namespace().unwrap_or_default(),
+        watch.name_any()
+    );
+    let mut outcomes: Vec<MemberProposal> = Vec::with_capacity(pushed.len());
+    // (member index, push branch, write on the push branch, what `branch` holds).
+    let mut written = Vec::new();
+    for (((i, head), write), base) in heads.iter().enumerate().zip(pushed).zip(bases) {
+        outcomes.push(MemberProposal::Untouched);
+        let Some(write) = write else {
+            continue;
+        };
+        match base {
+            Ok(base) => written.push((i, head.clone(), write, base)),
+            Err(e) => outcomes[i] = MemberProposal::Failed(e.into()),
         }
     }
-
-    #[test]
-    fn the_status_records_the_pull_request_and_its_end() {
-        let opened = Delivered {
-            pull_request: Some(pr(4, PullRequestState::Open)),
-            action: PrAction::Opened,
-            tag: "v2".into(),
-            branch: "imagewatch/team-api".into(),
-            warnings: vec![],
-            commit: None,
-        };
-        let record = status_of(&opened, None).unwrap();
-        assert_eq!(
-            (record.number, record.state),
-            (4, crate::forge::PullRequestState::Open)
-        );
-        assert_eq!(record.tag.as_deref(), Some("v2"));
-        assert!(wants_finalizer(Some(&record)));
-
-        let closed = Delivered {
-            action: PrAction::Closed,
-            ..opened.clone()
-        };
-        let after = status_of(&closed, Some(&record)).unwrap();
-        assert_eq!(after.state, crate::forge::PullRequestState::Closed);
-        assert!(!wants_finalizer(Some(&after)));
-
-        // Nothing open any more, and the forge says how the recorded one ended (closed by
-        // an earlier reconcile whose status was overwritten, or by a person).
-        let ended = Delivered {
-            pull_request: Some(pr(4, PullRequestState::Closed)),
-            action: PrAction::NotNeeded,
-            ..opened.clone()
-        };
-        let after = status_of(&ended, Some(&record)).unwrap();
-        assert_eq!(
-            (after.number, after.state),
-            (4, crate::forge::PullRequestState::Closed)
-        );
-        assert!(!wants_finalizer(Some(&after)));
-
-        let gone = Delivered {
-            pull_request: None,
-            action: PrAction::NotNeeded,
-            ..opened
-        };
-        assert_eq!(
-            status_of(&gone, Some(&record)).unwrap().state,
-            crate::forge::PullRequestState::Merged
-        );
-        assert_eq!(status_of(&gone, None), None);
-        assert!(!wants_finalizer(None));
+    let vars_of = |write: &WriteResult, base: &WriteResult| TextVars {
+        image: tag_less(&base.desired),
+        tag: tag_of(&base.desired),
+        watch: watch_name.clone(),
+        branch: base_branch(watch),
+        file: write.file.clone(),
+        before: base.current_before.clone(),
+        group: String::new(),
+    };
+    if per_member {
+        let steps = written.iter().map(|(_, head, write, base)| {
+            let step = PrStep {
+                head,
+                wanted: base.changed_needed,
+                vars: vars_of(write, base),
+                pushed: write.commit.is_some(),
+            };
+            pull_request_step(watch, settings, &forge, step, ctx)
+        });
+        let delivered = futures::future::join_all(steps).await;
+        for ((i, _, _, base), d) in written.into_iter().zip(delivered) {
+            outcomes[i] = match d {
+                Ok(d) => MemberProposal::Proposed(Box::new((base, Some(d)))),
+                Err(e) => MemberProposal::Failed(e),
+            };
+        }
+        return Ok((outcomes, None));
     }
+    let Some((_, head, first_write, first_base)) = written.first() else {
+        return Ok((outcomes, None));
+    };
+    let members: Vec<(String, String)> = written
+        .iter()
+        .map(|(_, _, w, b)| (b.desired.clone(), w.file.clone()))
+        .collect();
+    let mut tags: Vec<String> = written
+        .iter()
+        .map(|(_, _, _, b)| tag_of(&b.desired))
+        .collect();
+    tags.sort();
+    tags.dedup();
+    let mut vars = group_vars(
+        TextVars {
+            group: watch.name_any(),
+            ..vars_of(first_write, first_base)
+        },
+        &members,
+    );
+    vars.tag = tags.join(", ");
+    let step = PrStep {
+        head,
+        wanted: written.iter().any(|(_, _, _, b)| b.changed_needed),
+        vars,
+        pushed: written.iter().any(|(_, _, w, _)| w.commit.is_some()),
+    };
+    let delivered = pull_request_step(watch, settings, &forge, step, ctx).await?;
+    for (i, _, _, base) in written {
+        outcomes[i] = MemberProposal::Proposed(Box::new((base, None)));
+    }
+    Ok((outcomes, Some(delivered)))
+}
 
-    #[test]
-    fn a_pushed_branch_is_an_update() {
-        assert_eq!(action_of(EnsureAction::Created, true), PrAction::Opened);
-        assert_eq!(action_of(EnsureAction::Unchanged, true), PrAction::Updated);
-        assert_eq!(
-            action_of(EnsureAction::Unchanged, false),
-            PrAction::Unchanged
-        );
-        assert_eq!(PrAction::Closed.event_reason(), Some("PullRequestClosed"));
-        assert_eq!(PrAction::Unchanged.event_reason(), None);
+/// The branch of `spec.git` (`main` when unset).
+fn base_branch(watch: &ImageWatch) -> String {
+    watch
+        .spec
+        .git
+        .as_ref()
+        .map_or("main", |g| g.branch())
+        .to_string()
+}
+
+/// An image reference without its tag and digest.
+fn tag_less(image: &str) -> String {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => image[..i].to_string(),
+        _ => image.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -284,11 +284,11 @@ async fn scan_group(
         {
             Ok(scan) => scanned.push((member, scan)),
             Err(e) => {
-                return Err(ReconcileError::WaitingForGroup(GroupWait::unusable(
-                    &name,
-                    watch.name_any(),
-                    e,
-                )));
+                return Err(ReconcileError::WaitingForGroup(GroupWait::MemberUnusable {
+                    group: name,
+                    member: watch.name_any(),
+                    error: Box::new(e),
+                }));
             }
         }
     }

@@ -16,34 +16,26 @@ use kube::runtime::reflector::ObjectRef;
 use std::sync::Arc;
 
 use super::dereference::{GitLocation, Rules};
-use super::pull_request;
+use super::pull_request::{self, MemberProposal, ProposeContext};
 use super::scan::RepoScan;
-use super::status::tag_of;
 use crate::cluster::deploy::DeployTracker;
 use crate::controllers::ReconcileError;
-use crate::controllers::{Context, SecretReader, WorkSlots};
+use crate::controllers::{Context, WorkSlots};
 use crate::error::{InternalError, SpecError};
 use crate::manifests::{EditOptions, ImageChange};
 use crate::sources::routing::{PendingEvents, PushStages};
-use crate::telemetry::Metrics;
 use crate::writer::{GitChangeGuard, GitWriter, WriteRequest, WriteResult};
 
-/// What the write step uses: the git writer (waited for without holding a work slot); for
-/// a pull request the forge token's Secret, the client the finalizer is added with, and the
-/// metrics the forge and the pull request steps are counted in; the registry events
-/// awaiting their commit and the deployment tracker a commit is handed to.
+/// What the write step uses: the git writer (waited for without holding a work slot), the
+/// registry events awaiting their commit, the deployment tracker a commit is handed to, and
+/// what proposing the writes in pull requests uses.
 #[derive(Clone, Copy)]
 pub(super) struct WriteContext<'a> {
     pub(super) writer: &'a GitWriter,
     pub(super) slots: WorkSlots<'a>,
-    pub(super) secrets: SecretReader<'a>,
-    pub(super) client: &'a kube::Client,
-    pub(super) metrics: &'a Arc<Metrics>,
-    pub(super) forge_http: &'a reqwest::Client,
-    /// One lock per pull request head, shared by every reconcile.
-    pub(super) pull_request_locks: &'a crate::forge::HeadLocks,
     pub(super) pending: &'a PendingEvents,
     pub(super) deploys: &'a Arc<DeployTracker>,
+    pub(super) propose: ProposeContext<'a>,
 }
 
 impl<'a> WriteContext<'a> {
@@ -52,13 +44,9 @@ impl<'a> WriteContext<'a> {
         WriteContext {
             writer: &ctx.writer,
             slots: ctx.work_slots(),
-            secrets: SecretReader::of(ctx),
-            client: &ctx.client,
-            metrics: &ctx.metrics,
-            forge_http: &ctx.forge_http,
-            pull_request_locks: &ctx.pull_request_locks,
             pending: &ctx.pending,
             deploys: &ctx.deploys,
+            propose: ProposeContext::of(ctx),
         }
     }
 }
@@ -260,14 +248,7 @@ pub(super) async fn deliver(
             pull_request: None,
         });
     };
-    let forge = pull_request::client(
-        watch,
-        &proposal.settings,
-        &proposal.forge_url,
-        &ctx.secrets,
-        ctx.metrics,
-        ctx.forge_http,
-    );
+    let metrics = ctx.propose.metrics;
     match proposal.shape {
         Shape::Watch { image, tag } => {
             let Some(intent) = own.first() else {
@@ -278,23 +259,28 @@ pub(super) async fn deliver(
                 .slots
                 .without_work_slot(ctx.writer.read_base(&intent.request))
                 .await?;
-            let forge = forge.await?;
+            // The commit proposing the tag, when `branch` lacks it: its push's stages.
+            let stages = (on_base.changed_needed && write.holding_commit().is_some())
+                .then(|| {
+                    ctx.pending.committed(
+                        &intent.registry,
+                        &intent.repository,
+                        write.pushed,
+                        metrics,
+                    )
+                })
+                .flatten();
             let mut members = vec![(write.desired.clone(), write.file.clone())];
             members.extend(others);
-            let (result, delivered) = propose_watch(
+            let (result, delivered) = pull_request::propose_watch(
                 watch,
-                &proposal.settings,
-                &forge,
+                (&proposal.settings, &proposal.forge_url),
                 (&intent.request, image, tag),
                 (write, on_base),
                 members,
-                ctx,
+                &ctx.propose,
             )
             .await?;
-            let stages = delivered
-                .commit
-                .as_ref()
-                .and_then(|_| push_stages(ctx, &intent.registry, &intent.repository, &result));
             Ok(Delivery {
                 writes: vec![Written {
                     result: Ok(result),
@@ -310,7 +296,12 @@ pub(super) async fn deliver(
                 if let Ok(w) = &written.result
                     && w.commit.is_some()
                 {
-                    written.stages = push_stages(ctx, &intent.registry, &intent.repository, w);
+                    written.stages = ctx.pending.committed(
+                        &intent.registry,
+                        &intent.repository,
+                        w.pushed,
+                        metrics,
+                    );
                 }
             }
             let bases = ctx
@@ -319,22 +310,36 @@ pub(super) async fn deliver(
                     own.iter().map(|i| ctx.writer.read_base(&i.request)),
                 ))
                 .await;
-            let forge = forge.await?;
             let heads: Vec<String> = own
                 .iter()
                 .map(|i| i.request.push_branch.clone().unwrap_or_default())
                 .collect();
-            let together = pattern_pull_requests(
+            let pushed = writes
+                .iter()
+                .map(|w| w.result.as_ref().ok().cloned())
+                .collect();
+            let (proposed, together) = pull_request::propose_members(
                 watch,
                 &proposal.settings,
-                &forge,
+                &proposal.forge_url,
                 per_member,
-                &mut writes,
+                pushed,
                 bases,
                 &heads,
-                ctx,
+                &ctx.propose,
             )
             .await?;
+            for (written, proposed) in writes.iter_mut().zip(proposed) {
+                match proposed {
+                    MemberProposal::Untouched => {}
+                    MemberProposal::Proposed(proposed) => {
+                        let (base, pull_request) = *proposed;
+                        written.result = Ok(base);
+                        written.pull_request = pull_request;
+                    }
+                    MemberProposal::Failed(e) => written.result = Err(e),
+                }
+            }
             Ok(Delivery {
                 writes,
                 pull_request: together,
@@ -354,7 +359,12 @@ fn follow(watch: &ImageWatch, own: &[Intent], writes: &mut [Written], ctx: &Writ
         let Some(commit) = &w.commit else {
             continue;
         };
-        written.stages = push_stages(ctx, &intent.registry, &intent.repository, w);
+        written.stages = ctx.pending.committed(
+            &intent.registry,
+            &intent.repository,
+            w.pushed,
+            ctx.propose.metrics,
+        );
         let pushed = written.stages.as_ref().map(|s| s.received);
         match &mut followed {
             None => followed = Some((commit.clone(), vec![w.file.clone()], pushed)),
@@ -371,8 +381,8 @@ fn follow(watch: &ImageWatch, own: &[Intent], writes: &mut [Written], ctx: &Writ
     if let (Some((commit, files, pushed_at)), Some(first)) = (followed, own.first()) {
         let request = &first.request;
         ctx.deploys.committed(
-            ctx.client,
-            ctx.metrics,
+            ctx.propose.client,
+            ctx.propose.metrics,
             crate::cluster::deploy::Committed {
                 watch: ObjectRef::new(&watch.name_any())
                     .within(&watch.namespace().unwrap_or_default()),
@@ -385,253 +395,5 @@ fn follow(watch: &ImageWatch, own: &[Intent], writes: &mut [Written], ctx: &Writ
                 pushed_at,
             },
         );
-    }
-}
-
-/// The stages of the registry push that led to this commit, if an event started it (the
-/// writer's commit and push instants added); the push → commit latency is counted.
-fn push_stages(
-    ctx: &WriteContext<'_>,
-    registry: &str,
-    repository: &str,
-    write: &WriteResult,
-) -> Option<PushStages> {
-    let mut stages = ctx.pending.take(registry, repository)?;
-    if let Some((committed, pushed)) = write.pushed {
-        stages.committed = Some(committed);
-        stages.pushed = Some(pushed);
-    }
-    ctx.metrics
-        .push_to_commit_seconds
-        .observe(stages.received.elapsed().as_secs_f64());
-    Some(stages)
-}
-
-/// `spec.git.pullRequest` of a watch of one repository, after its push branch was written:
-/// when `branch` already holds the image, the open pull request is closed; otherwise one
-/// pull request for the push branch is opened or updated. `members` are every write's
-/// image and file (a group's members propose the same text). The result is what `branch`
-/// holds (a proposal is not applied until it is merged; a PromotionPolicy reading this
-/// watch waits for that), with the push branch's commit instants.
-async fn propose_watch(
-    watch: &ImageWatch,
-    settings: &imagewatch_crd::GitPullRequest,
-    forge: &crate::forge::ForgeClient,
-    (mine, image, tag): (&WriteRequest, String, String),
-    (write, on_base): (WriteResult, WriteResult),
-    members: Vec<(String, String)>,
-    ctx: &WriteContext<'_>,
-) -> Result<(WriteResult, pull_request::Delivered), ReconcileError> {
-    let head = mine.push_branch.clone().unwrap_or_default();
-    let mut vars = pull_request::TextVars {
-        group: watch.spec.group.clone().unwrap_or_default(),
-        image,
-        tag,
-        watch: mine.watch.clone(),
-        branch: mine.branch.clone(),
-        file: write.file.clone(),
-        before: on_base.current_before.clone(),
-    };
-    if members.len() > 1 {
-        // Every member proposes the same text for the group's one pull request.
-        vars = pull_request::group_vars(vars, &members);
-    }
-    let step = PrStep {
-        head: &head,
-        wanted: on_base.changed_needed,
-        vars,
-        pushed: write.commit.is_some(),
-    };
-    let pushed = write.pushed;
-    let delivered = pull_request_step(watch, settings, forge, step, ctx).await?;
-    Ok((
-        WriteResult { pushed, ..on_base },
-        pull_request::Delivered {
-            commit: on_base
-                .changed_needed
-                .then(|| write.holding_commit())
-                .flatten(),
-            ..delivered
-        },
-    ))
-}
-
-/// One pull request step, after its push branch was written.
-struct PrStep<'a> {
-    /// Head (push) branch.
-    head: &'a str,
-    /// Whether `branch` lacks the edit (a pull request is wanted).
-    wanted: bool,
-    /// The templates' values (`branch` is the base).
-    vars: pull_request::TextVars,
-    /// Whether the push branch was just pushed.
-    pushed: bool,
-}
-
-/// Closes the open pull request of `step.head` when `branch` holds the edit, else opens or
-/// updates it (adding [`pull_request::FINALIZER`] first); counted and logged.
-async fn pull_request_step(
-    watch: &ImageWatch,
-    settings: &imagewatch_crd::GitPullRequest,
-    forge: &crate::forge::ForgeClient,
-    step: PrStep<'_>,
-    ctx: &WriteContext<'_>,
-) -> Result<pull_request::Delivered, ReconcileError> {
-    let result = if !step.wanted {
-        let recorded = watch
-            .status
-            .as_ref()
-            .and_then(|s| s.pull_request.as_ref())
-            .filter(|p| p.state == crate::forge::PullRequestState::Open && p.branch == step.head)
-            .map(|p| p.number);
-        pull_request::close_open(
-            forge,
-            ctx.pull_request_locks,
-            step.head,
-            &step.vars.branch,
-            &step.vars.tag,
-            recorded,
-        )
-        .await
-    } else {
-        if !pull_request::has_finalizer(watch) {
-            pull_request::add_finalizer(ctx.client, watch).await?;
-        }
-        let new = pull_request::proposal(settings, step.head, &step.vars);
-        pull_request::propose(
-            forge,
-            ctx.pull_request_locks,
-            &new,
-            &step.vars.tag,
-            step.pushed,
-        )
-        .await
-    };
-    ctx.metrics
-        .watch_pull_requests
-        .get_or_create(&crate::telemetry::WatchPullRequestLabels {
-            action: match &result {
-                Ok(d) => d.action.label().to_string(),
-                Err(_) => "failed".to_string(),
-            },
-        })
-        .inc();
-    for warning in result.iter().flat_map(|d| &d.warnings) {
-        tracing::warn!(watch = %watch.name_any(), %warning, "pull request");
-    }
-    result
-}
-
-/// `spec.git.pullRequest` of a pattern watch, after its members' push branches were written:
-/// one pull request per member (`perMember`, default) or one for all. Each member's result
-/// becomes what `branch` holds (a dry run there), as for a watch of one repository.
-#[allow(clippy::too_many_arguments)]
-async fn pattern_pull_requests(
-    watch: &ImageWatch,
-    settings: &imagewatch_crd::GitPullRequest,
-    forge: &crate::forge::ForgeClient,
-    per_member: bool,
-    results: &mut [Written],
-    bases: Vec<Result<WriteResult, crate::writer::WriteError>>,
-    heads: &[String],
-    ctx: &WriteContext<'_>,
-) -> Result<Option<pull_request::Delivered>, ReconcileError> {
-    let watch_name = format!(
-        "{}/{}",
-        watch.namespace().unwrap_or_default(),
-        watch.name_any()
-    );
-    // (member index, push branch, write on the push branch, what `branch` holds).
-    let mut written = Vec::new();
-    for ((i, head), base) in heads.iter().enumerate().zip(bases) {
-        let Ok(write) = &results[i].result else {
-            continue;
-        };
-        match base {
-            Ok(base) => written.push((i, head.clone(), write.clone(), base)),
-            Err(e) => results[i].result = Err(e.into()),
-        }
-    }
-    let vars_of = |write: &WriteResult, base: &WriteResult| pull_request::TextVars {
-        image: tag_less(&base.desired),
-        tag: tag_of(&base.desired),
-        watch: watch_name.clone(),
-        branch: base_branch(watch),
-        file: write.file.clone(),
-        before: base.current_before.clone(),
-        group: String::new(),
-    };
-    if per_member {
-        let steps = written.iter().map(|(_, head, write, base)| {
-            let step = PrStep {
-                head,
-                wanted: base.changed_needed,
-                vars: vars_of(write, base),
-                pushed: write.commit.is_some(),
-            };
-            pull_request_step(watch, settings, forge, step, ctx)
-        });
-        let delivered = futures::future::join_all(steps).await;
-        for ((i, _, _, base), d) in written.into_iter().zip(delivered) {
-            match d {
-                Ok(d) => {
-                    results[i].result = Ok(base);
-                    results[i].pull_request = Some(d);
-                }
-                Err(e) => results[i].result = Err(e),
-            }
-        }
-        return Ok(None);
-    }
-    let Some((_, head, first_write, first_base)) = written.first() else {
-        return Ok(None);
-    };
-    let members: Vec<(String, String)> = written
-        .iter()
-        .map(|(_, _, w, b)| (b.desired.clone(), w.file.clone()))
-        .collect();
-    let mut tags: Vec<String> = written
-        .iter()
-        .map(|(_, _, _, b)| tag_of(&b.desired))
-        .collect();
-    tags.sort();
-    tags.dedup();
-    let mut vars = pull_request::group_vars(
-        pull_request::TextVars {
-            group: watch.name_any(),
-            ..vars_of(first_write, first_base)
-        },
-        &members,
-    );
-    vars.tag = tags.join(", ");
-    let step = PrStep {
-        head,
-        wanted: written.iter().any(|(_, _, _, b)| b.changed_needed),
-        vars,
-        pushed: written.iter().any(|(_, _, w, _)| w.commit.is_some()),
-    };
-    let delivered = pull_request_step(watch, settings, forge, step, ctx).await?;
-    for (i, _, _, base) in written {
-        results[i].result = Ok(base);
-    }
-    Ok(Some(delivered))
-}
-
-/// The branch of `spec.git` (`main` when unset).
-fn base_branch(watch: &ImageWatch) -> String {
-    watch
-        .spec
-        .git
-        .as_ref()
-        .map_or("main", |g| g.branch())
-        .to_string()
-}
-
-/// An image reference without its tag and digest.
-fn tag_less(image: &str) -> String {
-    let image = image.split('@').next().unwrap_or(image);
-    match image.rfind(':') {
-        Some(i) if !image[i..].contains('/') => image[..i].to_string(),
-        _ => image.to_string(),
     }
 }
