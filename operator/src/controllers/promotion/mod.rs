@@ -2,9 +2,9 @@
 //! behind gates, by pull request (one per policy, updated in place) or by a direct commit.
 //!
 //! This file holds the controller runner and the top-level reconcile, which calls the steps in
-//! order; each step has its file: `read.rs` (validate, dereference, read Git and Argo CD),
-//! `decide.rs` (the candidate, pure), `held.rs` (images not proposed again), `gates.rs`
-//! (the gate facts registries answer), `deliver.rs` (commit or pull request through the git
+//! order; each step has its file: `read/` (validate, dereference, read Git and Argo CD, and
+//! in `read/gates.rs` the gate facts of the candidate), `decide.rs` (the candidate, pure),
+//! `held.rs` (images not proposed again), `deliver.rs` (commit or pull request through the git
 //! writer, and every forge call), `status.rs` (status and Events) and `finalizer.rs` (cleanup
 //! on delete). Each step takes a context of its own, borrowed from what the reconciles share
 //! (`ReadContext`, `GateContext`, `DeliverContext`, `FinalizerContext`; the status step
@@ -22,8 +22,9 @@
 //! 4. **decide** (pure, `crate::promotion`): candidate, diff against the target, the images
 //!    held because someone else changed them in the target (`held.rs`: `spec.onGitChange`,
 //!    reading the history of a place only when Git differs from both the candidate and the
-//!    last promotion); then the gate facts registries answer (`gates.rs`: images in the
-//!    target registry, signatures) and the pure evaluation of every gate;
+//!    last promotion); then the read step's last reads, the gate facts of that candidate
+//!    (`read/gates.rs`: images in the target registry, signatures, with the soak,
+//!    Application and approval facts read before), and the pure evaluation of every gate;
 //! 5. **write**: nothing when the target already matches (an open pull request is then closed);
 //!    otherwise, once every gate passes, a commit through the git writer on `to.branch` (mode
 //!    `Commit`, re-planned and retried when the push is rejected) or on
@@ -57,7 +58,7 @@ use futures::StreamExt;
 use imagewatch_crd::{
     ImageWatch, PromotionPolicy,
     conditions::PULL_REQUEST_OPEN,
-    promotion::{APPROVE_ANNOTATION, PromotionMode, SoakSince},
+    promotion::{PromotionMode, SoakSince},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
@@ -74,8 +75,7 @@ use crate::controllers::recheck;
 use crate::{
     forge::EnsureAction,
     promotion::{
-        self, GateFacts,
-        gates::{ApprovalFacts, Containment, SoakFacts},
+        self,
         render::{self, TextContext},
     },
     telemetry::PromotionLabels,
@@ -86,7 +86,6 @@ mod deliver;
 mod finalizer;
 #[cfg(test)]
 mod fixtures;
-mod gates;
 mod held;
 mod read;
 mod shared;
@@ -99,7 +98,7 @@ use self::deliver::{
     push_pull_request_branch,
 };
 use self::finalizer::{FinalizerContext, add_finalizer, finalize, remove_finalizer};
-use self::gates::{GateContext, check_gate_registries_allowed, check_images, check_signatures};
+use self::read::gates::{GateContext, gate_facts};
 use self::read::{
     ReadContext, list_source_watches, read_application, read_git, resolve_location, source_label,
 };
@@ -651,45 +650,15 @@ async fn reconcile_policy(
         return Ok(outcome);
     }
 
-    // Gates.
-    let mut facts = GateFacts {
-        pinned: candidate.pinned,
-        ..Default::default()
-    };
-    if gates_spec.image_exists.unwrap_or(false) || gates_spec.signature.is_some() {
-        check_gate_registries_allowed(policy, &candidate, &decide_step).await?;
-    }
-    if gates_spec.image_exists.unwrap_or(false) {
-        facts.image_exists = Some(check_images(policy, &candidate, &decide_step).await?);
-    }
-    if let Some(verify) = &gates_spec.signature {
-        facts.signature = Some(check_signatures(policy, &candidate, verify, &decide_step).await?);
-    }
-    if let Some(soak) = gates_spec.soak.as_deref() {
-        facts.soak = Some(SoakFacts {
-            required: parse_duration(soak).unwrap_or_default(),
-            applied: source_state.applied.clone(),
-        });
-    }
-    if let Some(mut app) = app_facts {
-        app.containment = read
-            .containment
-            .clone()
-            .unwrap_or_else(|| Containment::Unknown("the Application reports no revision".into()));
-        if source_state.commits.is_empty() && app.containment == Containment::Contains {
-            app.containment = Containment::Unknown("the source watches recorded no commit".into());
-        }
-        facts.application = Some(app);
-    }
-    if gates_spec.approval.unwrap_or(false) {
-        facts.approval = Some(ApprovalFacts {
-            annotation: policy.annotations().get(APPROVE_ANNOTATION).cloned(),
-            id: candidate.id(),
-            summary: candidate.summary(),
-            namespace: policy.namespace().unwrap_or_default(),
-            name: policy.name_any(),
-        });
-    }
+    // The gate facts of the candidate (the last reads), then the gates judged (pure).
+    let facts = gate_facts(
+        policy,
+        &candidate,
+        &gates_spec,
+        (&source_state, app_facts, read.containment.clone()),
+        &decide_step,
+    )
+    .await?;
     let mut report = promotion::evaluate(&facts, jiff::Timestamp::now());
     // A newer source state soaks later: look again then, not only at the interval.
     if let Some(next) = soaked.as_ref().and_then(|s| s.next_in) {

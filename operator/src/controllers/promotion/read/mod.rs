@@ -4,6 +4,8 @@
 //! and the pull request branch, read through the git writer's clones) and the Argo CD
 //! Application of the `application` gate.
 
+pub(super) mod gates;
+
 #[cfg(test)]
 use super::fixtures::policy;
 use super::shared::Shared;

@@ -6,17 +6,21 @@
 
 use std::collections::HashMap;
 
-use imagewatch_crd::PromotionPolicy;
+use imagewatch_crd::{PromotionPolicy, promotion::APPROVE_ANNOTATION};
 use kube::{Client, ResourceExt};
 
-use super::shared::Shared;
+use super::super::shared::Shared;
 use crate::cluster::secrets;
 use crate::controllers::SecretReader;
+use crate::controllers::parse_duration;
 use crate::error::PromotionError;
 use crate::{
     promotion::{
-        Candidate,
-        gates::{ImageCheck, ImageFact, SignatureCheck, SignatureFact},
+        Candidate, GateFacts,
+        gates::{
+            ApplicationFacts, ApprovalFacts, Containment, ImageCheck, ImageFact, SignatureCheck,
+            SignatureFact, SoakFacts,
+        },
     },
     registry::{Credentials, RegistryError, RepositoryRef, TagSource, is_ecr_host},
 };
@@ -25,19 +29,19 @@ use crate::{
 /// answers and signature checks are counted in), the target registry's Secret, the registry
 /// and ECR clients, and the cache of signature verdicts.
 #[derive(Clone, Copy)]
-pub(super) struct GateContext<'a> {
-    pub(super) allowance: &'a crate::cluster::allowance::Allowance,
-    pub(super) client: &'a Client,
-    pub(super) metrics: &'a crate::telemetry::Metrics,
-    pub(super) secrets: SecretReader<'a>,
-    pub(super) registry: &'a crate::registry::RegistryClient,
-    pub(super) ecr: &'a crate::registry::ecr::EcrTagSource,
-    pub(super) signatures: &'a crate::signature::fetch::VerdictCache,
+pub(in super::super) struct GateContext<'a> {
+    pub(in super::super) allowance: &'a crate::cluster::allowance::Allowance,
+    pub(in super::super) client: &'a Client,
+    pub(in super::super) metrics: &'a crate::telemetry::Metrics,
+    pub(in super::super) secrets: SecretReader<'a>,
+    pub(in super::super) registry: &'a crate::registry::RegistryClient,
+    pub(in super::super) ecr: &'a crate::registry::ecr::EcrTagSource,
+    pub(in super::super) signatures: &'a crate::signature::fetch::VerdictCache,
 }
 
 impl<'a> GateContext<'a> {
     /// The gate step's view of what the policy reconciles share.
-    pub(super) fn of(shared: &'a Shared) -> Self {
+    pub(in super::super) fn of(shared: &'a Shared) -> Self {
         let ctx = &shared.ctx;
         GateContext {
             allowance: &ctx.allowance,
@@ -54,7 +58,7 @@ impl<'a> GateContext<'a> {
 /// The registries the image gates read (every promoted repository, after `imageRewrite`)
 /// and, for ECR without `to.registrySecretRef`, the operator's AWS identity: allowed to the
 /// policy's namespace by the allow-list, or `NotAllowed` before anything is read.
-pub(super) async fn check_gate_registries_allowed(
+async fn check_gate_registries_allowed(
     policy: &PromotionPolicy,
     candidate: &Candidate,
     ctx: &GateContext<'_>,
@@ -83,7 +87,7 @@ pub(super) async fn check_gate_registries_allowed(
 
 /// `imageExists`: a manifest HEAD for every changed reference, with the target registry's
 /// credentials (`to.registrySecretRef`, or ECR through the operator's AWS identity).
-pub(super) async fn check_images(
+async fn check_images(
     policy: &PromotionPolicy,
     candidate: &Candidate,
     ctx: &GateContext<'_>,
@@ -144,7 +148,7 @@ pub(super) async fn check_images(
 
 /// `signature`: every changed reference's image, in its target registry, must carry a cosign
 /// signature by a key of `verify` (see `crate::signature`).
-pub(super) async fn check_signatures(
+async fn check_signatures(
     policy: &PromotionPolicy,
     candidate: &Candidate,
     verify: &imagewatch_crd::Verify,
@@ -248,6 +252,60 @@ pub(super) async fn check_signatures(
             }
         };
         facts.push(SignatureFact { reference, check });
+    }
+    Ok(facts)
+}
+
+/// Every gate fact of `candidate`, read once it is known: the images in the target registry
+/// and their signatures (from the registries), and what was read before — the soak of the
+/// source's applied times, the Application's health and whether its revision contains the
+/// source commits (`containment`), the approval annotation.
+pub(in super::super) async fn gate_facts(
+    policy: &PromotionPolicy,
+    candidate: &Candidate,
+    gates: &imagewatch_crd::promotion::Gates,
+    (source, application, containment): (
+        &crate::promotion::SourceState,
+        Option<ApplicationFacts>,
+        Option<Containment>,
+    ),
+    ctx: &GateContext<'_>,
+) -> Result<GateFacts, PromotionError> {
+    let mut facts = GateFacts {
+        pinned: candidate.pinned,
+        ..Default::default()
+    };
+    if gates.image_exists.unwrap_or(false) || gates.signature.is_some() {
+        check_gate_registries_allowed(policy, candidate, ctx).await?;
+    }
+    if gates.image_exists.unwrap_or(false) {
+        facts.image_exists = Some(check_images(policy, candidate, ctx).await?);
+    }
+    if let Some(verify) = &gates.signature {
+        facts.signature = Some(check_signatures(policy, candidate, verify, ctx).await?);
+    }
+    if let Some(soak) = gates.soak.as_deref() {
+        facts.soak = Some(SoakFacts {
+            required: parse_duration(soak).unwrap_or_default(),
+            applied: source.applied.clone(),
+        });
+    }
+    if let Some(mut app) = application {
+        app.containment = containment
+            .unwrap_or_else(|| Containment::Unknown("the Application reports no revision".into()));
+        if source.commits.is_empty() && app.containment == Containment::Contains {
+            app.containment = Containment::Unknown("the source watches recorded no commit".into());
+        }
+        facts.application = Some(app);
+    }
+    if gates.approval.unwrap_or(false) {
+        facts.approval = Some(ApprovalFacts {
+            annotation: policy.annotations().get(APPROVE_ANNOTATION).cloned(),
+            id: candidate.id(),
+            summary: candidate.summary(),
+            namespace: policy.namespace().unwrap_or_default(),
+            name: policy.name_any(),
+        });
     }
     Ok(facts)
 }
